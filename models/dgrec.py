@@ -63,108 +63,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch_geometric.utils import scatter
 
-Incidence = sp.spmatrix | sp.sparray | np.ndarray | torch.Tensor
-
-
-# ----------------------------------------------------------------------------- local hypergraph
-def build_user_hypergraph(
-    own_items: np.ndarray,
-    neighbour_public_items: np.ndarray | Sequence[np.ndarray],
-    item_tags: sp.spmatrix | sp.sparray,
-) -> tuple[np.ndarray, sp.csr_matrix]:
-    """User u's local hypergraph: nodes are the sorted distinct items among its own items and its
-    neighbours' publicized items; hyperedges are tags. Returns ``node_item_ids`` int64 [m] and the
-    binary incidence csr [m, n_tags] (rows of ``item_tags`` for those items, global tag columns)."""
-    item_tags = sp.csr_matrix(item_tags)
-    n_items = item_tags.shape[0]
-    parts = [np.asarray(own_items, dtype=np.int64).reshape(-1)]
-    if isinstance(neighbour_public_items, np.ndarray):
-        parts.append(neighbour_public_items.astype(np.int64).reshape(-1))
-    else:
-        parts.extend(np.asarray(p, dtype=np.int64).reshape(-1) for p in neighbour_public_items)
-    node_item_ids = np.unique(np.concatenate(parts))
-    if node_item_ids.size == 0:
-        raise ValueError("user hypergraph is empty: no own or neighbour-publicized items")
-    if node_item_ids[0] < 0 or node_item_ids[-1] >= n_items:
-        raise ValueError(f"item ids must lie in 0..{n_items - 1} (rows of item_tags)")
-    incidence = item_tags[node_item_ids]
-    incidence.data[:] = 1.0
-    incidence.eliminate_zeros()
-    return node_item_ids, incidence.astype(np.float32)
-
-
-def hyperedge_index(incidence: Incidence, n_nodes: int, n_tags: int) -> torch.Tensor:
-    """(item position, tag) pairs of a [n_nodes, n_tags] incidence (any nonzero = member) as a
-    LongTensor [2, nnz] — PyG's ``hyperedge_index`` layout."""
-    if isinstance(incidence, torch.Tensor):
-        shape = tuple(incidence.shape)
-        if incidence.is_sparse:
-            inc = incidence.coalesce()
-            idx = inc.indices()[:, inc.values() != 0]
-        else:
-            idx = torch.nonzero(incidence, as_tuple=False).t()
-    else:
-        coo = sp.coo_matrix(incidence)
-        shape = coo.shape
-        keep = coo.data != 0
-        idx = torch.from_numpy(np.stack([coo.row[keep], coo.col[keep]]).astype(np.int64))
-    if shape != (n_nodes, n_tags):
-        raise ValueError(f"incidence must be items×tags = ({n_nodes}, {n_tags}), got {shape}")
-    return idx.to(torch.long)
-
-
-def _inv_pow(deg: torch.Tensor, power: float) -> torch.Tensor:
-    out = deg.clamp(min=1.0).pow(-power)
-    return torch.where(deg > 0, out, torch.zeros_like(out))  # isolated items / empty tags → 0
-
-
-def hypergraph_propagate(x: torch.Tensor, edge_index: torch.Tensor, n_tags: int) -> torch.Tensor:
-    """op x = D_v^{−1/2} A D_t^{−1} Aᵀ D_v^{−1/2} x for x [m, c], via two scatter sums."""
-    node, tag = edge_index[0], edge_index[1]
-    ones = torch.ones(node.numel(), dtype=x.dtype, device=x.device)
-    dv = scatter(ones, node, dim=0, dim_size=x.shape[0], reduce="sum")
-    dt = scatter(ones, tag, dim=0, dim_size=n_tags, reduce="sum")
-    xs = x * _inv_pow(dv, 0.5).unsqueeze(1)
-    per_tag = scatter(xs[node], tag, dim=0, dim_size=n_tags, reduce="sum") * _inv_pow(
-        dt, 1.0
-    ).unsqueeze(1)
-    return scatter(per_tag[tag], node, dim=0, dim_size=x.shape[0], reduce="sum") * _inv_pow(
-        dv, 0.5
-    ).unsqueeze(1)
-
-
-def bipartite_tag_to_item(
-    tag_x: torch.Tensor, edge_index: torch.Tensor, n_nodes: int
-) -> torch.Tensor:
-    """D_v^{−1/2} A D_t^{−1/2} T: one symmetric-normalised GCN step from tag nodes to items."""
-    node, tag = edge_index[0], edge_index[1]
-    ones = torch.ones(node.numel(), dtype=tag_x.dtype, device=tag_x.device)
-    dv = scatter(ones, node, dim=0, dim_size=n_nodes, reduce="sum")
-    dt = scatter(ones, tag, dim=0, dim_size=tag_x.shape[0], reduce="sum")
-    msg = tag_x[tag] * (_inv_pow(dv, 0.5)[node] * _inv_pow(dt, 0.5)[tag]).unsqueeze(1)
-    return scatter(msg, node, dim=0, dim_size=n_nodes, reduce="sum")
-
-
-def pearson_interest_loss(interests: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """Eq. 1: Σ_{i<j} |pearson(Ē_i, Ē_j)| over the rows of ``interests`` [n_i, d]."""
-    centred = interests - interests.mean(dim=1, keepdim=True)
-    unit = centred / (centred.norm(dim=1, keepdim=True) + eps)
-    corr = unit @ unit.t()
-    return torch.triu(corr, diagonal=1).abs().sum()
-
-
-def standardise_columns(logits: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
-    """(z − mean_m z) / √(var_m z + eps) per column of ``logits`` [m, n_i] (over the m items);
-    eps inside the root keeps the gradient finite when a column is constant (e.g. every item of
-    the user has the same tags), where the result is 0 (a uniform assignment)."""
-    centred = logits - logits.mean(dim=0, keepdim=True)
-    return centred * torch.rsqrt(centred.pow(2).mean(dim=0, keepdim=True) + eps)
+from models.dgrec_batched import (
+    HypergraphBatch,
+    encode_batch,
+    loss_batch,
+    score_batch,
+    shared_parameters,
+)
+from models.hypergraph import (  # noqa: F401  (re-exported: the model's primitives)
+    Incidence,
+    bipartite_tag_to_item,
+    build_user_hypergraph,
+    hyperedge_index,
+    hypergraph_propagate,
+    pearson_interest_loss,
+    standardise_columns,
+)
 
 
 # ----------------------------------------------------------------------------------- the model
@@ -271,46 +189,26 @@ class DGRECUserModel(nn.Module):
             raise ValueError(f"{what} must lie in 0..{self.n_items - 1}")
         return ids.to(device=self.item_emb.weight.device, dtype=torch.long)
 
-    def _op(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
-        """op x (the identity when the graph is switched off)."""
-        if self.graph == "none":
-            return x
-        return hypergraph_propagate(x, edge_index, self.n_tags)
+    def _graphs(self, node_item_ids, incidence: Incidence) -> HypergraphBatch:
+        ids = self._check_items(node_item_ids, "node_item_ids")
+        return HypergraphBatch.collate(
+            [(ids, incidence)], self.n_tags, self.n_items, self.item_emb.weight.device
+        )
 
     def encode(
         self, node_item_ids: torch.Tensor | np.ndarray, incidence: Incidence
     ) -> UserEncoding:
-        """All of stage 2 for one user's hypergraph (``incidence`` items×tags, [m, n_tags])."""
-        ids = self._check_items(node_item_ids, "node_item_ids")
-        m = ids.numel()
-        edge_index = hyperedge_index(incidence, m, self.n_tags).to(ids.device)
-        emb = self.item_emb(ids)  # E_u [m, d]
-
-        if self.graph == "bipartite":
-            assert self.tag_emb is not None
-            item_repr = self.w1(bipartite_tag_to_item(self.tag_emb.weight, edge_index, m))
-        else:
-            item_repr = self._op(self.w1(emb), edge_index)  # op E W1 (W1 acts on the right)
-        assign_logits = self._op(self.w2(emb), edge_index)  # op E W2
-        if self.standardise_assignment:
-            assign_logits = standardise_columns(assign_logits)
-        assignment = torch.softmax(assign_logits, dim=1)  # S_u [m, n_i]
-        interests = assignment.t() @ item_repr  # Ē_u [n_i, d]
-        interest_adj = assignment.t() @ self._op(assignment, edge_index)  # Ā_u [n_i, n_i]
-
-        if self.interest_attention:
-            own = self.w3(interests).squeeze(1)  # Ē_i W3
-            self_side = self.w4(interests).squeeze(1)  # Ē_i W4
-            other_side = self.w5(interests).squeeze(1)  # Ē_j W5
-            weights = interest_adj
-            if self.normalise_interest_adjacency:  # Ā / mean row sum: rows sum to 1 on average
-                weights = interest_adj * (self.n_interests / interest_adj.sum().clamp(min=1e-12))
-            scores = own + weights.sum(dim=1) * self_side - weights @ other_side  # P_u [n_i]
-            attention = torch.softmax(scores, dim=0)
-        else:
-            attention = torch.full((self.n_interests,), 1.0 / self.n_interests, device=emb.device)
-        e_u = attention @ interests
-        return UserEncoding(e_u, interests, interest_adj, assignment, item_repr, attention)
+        """All of stage 2 for one user's hypergraph (``incidence`` items×tags, [m, n_tags]);
+        models/dgrec_batched.py's ``encode_batch`` with B = 1."""
+        enc = encode_batch(self, shared_parameters(self), self._graphs(node_item_ids, incidence))
+        return UserEncoding(
+            enc.e_u[0],
+            enc.interests[0],
+            enc.interest_adjacency[0],
+            enc.assignment,
+            enc.item_repr,
+            enc.attention[0],
+        )
 
     def forward(
         self, node_item_ids: torch.Tensor | np.ndarray, incidence: Incidence
@@ -324,10 +222,7 @@ class DGRECUserModel(nn.Module):
         ids = self._check_items(item_ids, "item_ids")
         if e_u.shape != (self.dim,):
             raise ValueError(f"e_u must have shape ({self.dim},), got {tuple(e_u.shape)}")
-        items = self.item_emb(ids)
-        if self.scorer == "dot":  # departure from the paper (``scorer="dot"``): ŷ = e_u · e_i
-            return items @ e_u
-        return self.mlp(torch.cat([e_u.expand(len(ids), -1), items], dim=1)).squeeze(1)
+        return score_batch(self, shared_parameters(self), e_u[None], ids[None])[0]
 
     def loss(
         self,
@@ -346,22 +241,15 @@ class DGRECUserModel(nn.Module):
             raise ValueError(
                 f"pos_items and neg_items must pair up, got {tuple(pos.shape)} and {tuple(neg.shape)}"
             )
-        enc = self.encode(node_item_ids, incidence)
-        bpr = _bpr(self.score(enc.e_u, pos), self.score(enc.e_u, neg), reduction)
-        pearson = pearson_interest_loss(enc.interests) if self.pearson else bpr.new_zeros(())
-        touched = torch.unique(
-            torch.cat([self._check_items(node_item_ids, "node_item_ids"), pos, neg])
+        total, parts = loss_batch(
+            self,
+            shared_parameters(self),
+            self._graphs(node_item_ids, incidence),
+            pos[None],
+            neg[None],
+            reduction,
         )
-        l2 = self.item_emb(touched).pow(2).sum()
-        for name, param in self.named_parameters():
-            if not name.startswith("item_emb"):
-                l2 = l2 + param.pow(2).sum()
-        total = bpr + self.pearson_weight * pearson + self.l2_weight * l2
-        parts = {
-            k: float(v.detach())
-            for k, v in (("bpr", bpr), ("pearson", pearson), ("l2", l2), ("total", total))
-        }
-        return total, parts
+        return total[0], {k: float(v[0]) for k, v in parts.items()}
 
 
 # ------------------------------------------------------------------------------ DLGNN baseline
