@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch_geometric.utils import scatter, to_dense_batch
+from torch_geometric.utils import scatter
 
 from models.hypergraph import (
     Incidence,
@@ -121,14 +121,13 @@ def user_rows(table: torch.Tensor, users: torch.Tensor, items: torch.Tensor) -> 
     return table[users, items]
 
 
-def per_user_linear(
-    x: torch.Tensor, weight: torch.Tensor, batch: torch.Tensor, n_users: int
-) -> torch.Tensor:
-    """x W_bᵀ for node rows ``x`` [N, in] with each node's user's weight ``weight`` [B or 1, out, in]."""
+def per_user_linear(x: torch.Tensor, weight: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """x W_bᵀ for node rows ``x`` [N, in] with each node's user's weight ``weight`` [B or 1, out, in];
+    ``sizes``: the users' node counts. Per-user copies are applied user by user (the same call as
+    for that user alone, so a batch gives each user bit-for-bit its own result)."""
     if weight.shape[0] == 1:
         return F.linear(x, weight[0])
-    dense, mask = to_dense_batch(x, batch, batch_size=n_users)  # [B, m_max, in]
-    return torch.bmm(dense, weight.transpose(1, 2))[mask]
+    return torch.cat([F.linear(xb, wb) for xb, wb in zip(x.split(sizes), weight, strict=True)])
 
 
 # ---------------------------------------------------------------------------------- stage 2
@@ -144,8 +143,10 @@ def encode_batch(model, params: Params, graphs: HypergraphBatch) -> BatchEncodin
             return x
         return hypergraph_propagate(x, edge_index, n_tags_all)
 
+    sizes = torch.bincount(batch, minlength=n_users).tolist()
+
     def linear(x: torch.Tensor, name: str) -> torch.Tensor:
-        return per_user_linear(x, params[name], batch, n_users)
+        return per_user_linear(x, params[name], sizes)
 
     emb = user_rows(params["item_emb.weight"], batch, graphs.item_ids)  # E_u [N, d]
     if model.graph == "bipartite":

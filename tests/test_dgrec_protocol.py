@@ -229,6 +229,20 @@ def test_placement_invariance(ray_local, cls, sharing):
     assert all(math.isfinite(v) for v in runs[0]["metrics"].values())
 
 
+def test_batched_users_get_what_they_get_one_by_one(ray_local):
+    """A host's users trained and evaluated in one batched pass (default) end with the very
+    parameters, messages and metrics of the one-by-one path (``batch_users = False``)."""
+    ds = small_dataset(n_users=10)
+    one_by_one = run({"batch_users": False}, dataset=ds, inspect=True)
+    batched = run({}, dataset=ds, inspect=True)
+    assert batched["train"][0]["members"] > 1  # the batch really held several users
+    for u, params in one_by_one["params"].items():
+        assert np.array_equal(batched["params"][u], params), u
+    assert batched["metrics"] == one_by_one["metrics"]
+    assert batched["train"] == one_by_one["train"]
+    assert batched["ledger"] == one_by_one["ledger"]
+
+
 @pytest.mark.parametrize("sharing", ["float", "laplace"])
 def test_dlgnn_shares_item_table_gradients_and_keeps_the_user_embedding(ray_local, sharing):
     ds = small_dataset()

@@ -83,6 +83,13 @@ from data.graphs import user_graph
 from data.types import RecDataset
 from models.bpr import sample_pairs
 from models.dgrec import DGRECUserModel, DLGNNUserModel, build_user_hypergraph
+from models.dgrec_batched import (
+    HypergraphBatch,
+    encode_batch,
+    loss_batch,
+    score_batch,
+    stacked_parameters,
+)
 from models.metrics import ranking_metrics, topk_excluding
 from nodes.deployment import Deployment, NodeSpec, mean_report
 from nodes.node import Node, NodeContext, expect_kinds, node_seed
@@ -135,6 +142,8 @@ class DGRECConfig(ProtocolConfig):
     use_public: bool = True
     # accounting
     privacy_delta: float = 1e-5
+    # runtime: a host computes its users' training and evaluation in one batched pass
+    batch_users: bool = True
 
     def check(self) -> None:
         super().check()
@@ -263,6 +272,13 @@ def _grad_vector(params: list) -> torch.Tensor:
     ).detach()
 
 
+def _hypergraphs(users: list[DGRECUser]) -> HypergraphBatch:
+    s = users[0].shared
+    return HypergraphBatch.collate(
+        [(u.node_item_ids, u.incidence) for u in users], s["n_tags"], s["n_items"]
+    )
+
+
 # ------------------------------------------------------------------------------ the user
 class DGRECUser(Node):
     role = "user"
@@ -321,6 +337,21 @@ class DGRECUser(Node):
             super().handle(phase, inbox)
         else:
             handler(inbox)
+
+    @classmethod
+    def handle_batch(cls, nodes, phase, inboxes) -> None:
+        """DGREC's training and evaluation: all this host's users in one pass of
+        models/dgrec_batched.py (each with its own parameters and its own random draws, so each
+        gets what it would get alone); ``batch_users = False`` or DLGNN: one by one."""
+        batched = (
+            bool(nodes) and nodes[0].shared["model"] == "dgrec" and nodes[0].shared["batch_users"]
+        )
+        if batched and phase == "train":
+            cls._train_batch(nodes, inboxes)
+        elif batched and phase == "eval":
+            cls._evaluate_batch(nodes, inboxes)
+        else:
+            super().handle_batch(nodes, phase, inboxes)
 
     # --- stage 1 -------------------------------------------------------------------------------
     def _publicize(self, inbox) -> None:
@@ -426,18 +457,21 @@ class DGRECUser(Node):
         self._take_joins(inbox)
         if not self.in_tree:
             return
-        self.children.sort()
         self.model.zero_grad(set_to_none=True)
         loss, parts = self._loss()
         loss.backward()
-        grad = _grad_vector(self.shared_params)
         if self.private_params:
             self.private_grad = _grad_vector(self.private_params)
+        self._share(_grad_vector(self.shared_params), parts["total"])
+
+    def _share(self, grad: torch.Tensor, loss: float) -> None:
+        """Gossip step 1: encode the local gradient (eq. 5) and send it to the tree neighbours."""
+        self.children.sort()
         encoded = self._encode(grad)
         self.held = {self.index: encoded}
-        self.loss_value = parts["total"]
+        self.loss_value = loss
         self.status_dirty = True
-        self.report("loss", parts["total"])
+        self.report("loss", loss)
         self.report("shared_by", float(self.index))
         if self.parent is None:
             self.report("seed", 1.0)
@@ -526,6 +560,54 @@ class DGRECUser(Node):
         top = topk_excluding(scores, [self.train_items], k)
         for name, values in ranking_metrics(top, [self.test_items], ks=(k,)).items():
             self.report(name, float(values[0]))
+
+    @staticmethod
+    def _train_batch(nodes: list[DGRECUser], inboxes) -> None:
+        for n, inbox in zip(nodes, inboxes, strict=True):
+            expect_kinds(inbox, "join", node=n.id)
+            n._take_joins(inbox)
+        members = [n for n in nodes if n.in_tree]
+        if not members:
+            return
+        s = members[0].shared
+        pairs = [sample_pairs(n.rng, s["n_items"], n.train_items, s["pairs"]) for n in members]
+        model = members[0].model
+        params = stacked_parameters([n.model for n in members])
+        total, parts = loss_batch(
+            model,
+            params,
+            _hypergraphs(members),
+            torch.as_tensor(np.stack([p for p, _ in pairs])),
+            torch.as_tensor(np.stack([q for _, q in pairs])),
+            reduction=s["loss_reduction"],
+        )
+        total.sum().backward()  # user b's loss touches only slice b: slice b of each grad is g_b
+        names = [name for name, _ in model.named_parameters()]
+        for b, n in enumerate(members):
+            grad = torch.cat([params[name].grad[b].reshape(-1) for name in names])
+            n._share(grad, float(parts["total"][b]))
+
+    @staticmethod
+    def _evaluate_batch(nodes: list[DGRECUser], inboxes, chunk: int = 128) -> None:
+        for n, inbox in zip(nodes, inboxes, strict=True):
+            expect_kinds(inbox, node=n.id)
+        judged = [n for n in nodes if len(n.test_items)]
+        if not judged:
+            return
+        s, model = judged[0].shared, judged[0].model
+        k = s["eval_k"]
+        for start in range(0, len(judged), chunk):
+            part = judged[start : start + chunk]
+            with torch.no_grad():
+                params = stacked_parameters([n.model for n in part])
+                e_u = encode_batch(model, params, _hypergraphs(part)).e_u
+                items = torch.arange(s["n_items"]).expand(len(part), -1)
+                scores = score_batch(model, params, e_u, items)
+            top = topk_excluding(scores, [n.train_items for n in part], k)
+            metrics = ranking_metrics(top, [n.test_items for n in part], ks=(k,))
+            for b, n in enumerate(part):
+                for name, values in metrics.items():
+                    n.report(name, float(values[b]))
 
     # --- inspection (tests) ------------------------------------------------------------------------
     def get_last_round(self) -> dict:
