@@ -3,14 +3,16 @@
 
     python benchmarks/dgrec.py --dataset ml-100k --rounds 100 [--dmf-rounds 100] [--ablations]
         [--params '{"hops": 2}'] [--dlgnn-params '{"hops": 2}'] [--variants dgrec,dlgnn_laplace]
-        [--lightgcn-epochs 50] [--hypergnn-epochs 60] [--hosts 1]
+        [--lightgcn-epochs 50] [--hypergnn-epochs 60] [--hypergnn-variants paper,dot] [--hosts 1]
 
 Data: ≥10 interactions per user and item (iterated k-core), per-user random 80/20 split.
 Writes benchmarks/out/dgrec-<dataset>[-<name>].json (benchmarks/common.py): Recall/NDCG@20 per
 variant, bytes per participating user per round beside the paper's worst case and float sharing,
 ε, wall time. ``--dmf-rounds 0`` / ``--lightgcn-epochs 0`` / ``--hypergnn-epochs 0`` skip those
 baselines. The centralized HyperGNN (models/dgrec_central.py) is DGREC's own model trained with one
-shared copy and exact gradients: the ceiling of the per-user model on the dataset.
+shared copy and exact gradients: the ceiling of the per-user model on the dataset;
+``--hypergnn-variants`` trains it with parts of stage 2 switched (HYPERGNN_VARIANTS) to show which
+part caps it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,27 @@ ABLATIONS = {
     "no_pearson": {"pearson": False},
     "laplace_sharing": {"sharing": "laplace"},
     "public_ratio_0.2": {"public_ratio": 0.2},
+}
+# the centralized HyperGNN with parts of DGREC's stage 2 switched: which part caps the model
+# (the paper's model: tag hyperedges, neighbours' publicized items in e_u, MLP scorer, d = 16)
+HYPERGNN_VARIANTS = {
+    "paper": {},
+    "dot": {"scorer": "dot"},
+    "dot_d64": {"scorer": "dot", "dim": 64},
+    "no_public_dot_d64": {"use_public": False, "scorer": "dot", "dim": 64},
+    "no_hypergraph_dot_d64": {"use_hypergraph": False, "scorer": "dot", "dim": 64},
+    "no_hypergraph_no_public_d64": {"use_hypergraph": False, "use_public": False, "dim": 64},
+    "no_hypergraph_no_public_dot_d16": {
+        "use_hypergraph": False,
+        "use_public": False,
+        "scorer": "dot",
+    },
+    "no_hypergraph_no_public_dot_d64": {
+        "use_hypergraph": False,
+        "use_public": False,
+        "scorer": "dot",
+        "dim": 64,
+    },
 }
 # protocol, parameters of the main comparison
 MAIN = {
@@ -134,6 +157,8 @@ def central_hypergnn(ds: RecDataset, epochs: int, params: dict, eval_every: int 
         "use_bipartite",
         "interest_attention",
         "pearson",
+        "lr",
+        "batch_users",
     )
     trainer = HyperGNNTrainer(
         ds.train.items_by_user(ds.n_users),
@@ -167,6 +192,11 @@ def main() -> None:
     p.add_argument("--dmf-rounds", type=int, default=100)
     p.add_argument("--lightgcn-epochs", type=int, default=50)
     p.add_argument("--hypergnn-epochs", type=int, default=60)
+    p.add_argument(
+        "--hypergnn-variants",
+        default="paper",
+        help=f"central HyperGNN variants, of {list(HYPERGNN_VARIANTS)}",
+    )
     p.add_argument("--hosts", type=int, default=1)
     p.add_argument("--params", default="{}", help="DGREC parameters (JSON) for every variant")
     p.add_argument("--dlgnn-params", default="{}", help="DLGNN parameters (JSON)")
@@ -208,7 +238,14 @@ def main() -> None:
             public_only(ds, 0.2), args.lightgcn_epochs
         )
     if args.hypergnn_epochs:
-        figures["hypergnn_central"] = central_hypergnn(ds, args.hypergnn_epochs, base)
+        for name in [v for v in args.hypergnn_variants.split(",") if v]:
+            if name not in HYPERGNN_VARIANTS:
+                raise SystemExit(
+                    f"unknown HyperGNN variant {name!r} (known: {', '.join(HYPERGNN_VARIANTS)})"
+                )
+            key = "hypergnn_central" if name == "paper" else f"hypergnn_central_{name}"
+            params = {**base, **HYPERGNN_VARIANTS[name]}
+            figures[key] = {"params": params, **central_hypergnn(ds, args.hypergnn_epochs, params)}
     if args.dmf_rounds:
         figures["dmf"] = one("dmf", {}, ds, args.dmf_rounds, args.hosts, args.out)
     for name in [v for v in args.variants.split(",") if v]:
