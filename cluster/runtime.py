@@ -57,6 +57,12 @@ def start_or_join(
 class PlacedActors:
     handles: list
     group: object  # the placement group (kept so that it can be removed)
+    make: object = None  # make(i) starts actor i in its bundle (used to replace a dead one)
+
+    def respawn(self, i: int):
+        """Start a fresh actor ``i`` in the bundle of the one that died, with the same arguments."""
+        self.handles[i] = self.make(i)
+        return self.handles[i]
 
     def release(self) -> None:
         for h in self.handles:
@@ -88,16 +94,15 @@ def spawn_spread(
             f"{res.get('GPU', 0)} GPUs (lower --hosts or --gpus-per-host)"
         )
     remote_cls = ray.remote(actor_cls)
-    handles = []
-    for i in range(count):
+
+    def make(i: int):
         args, kwargs = args_for(i)
-        handles.append(
-            remote_cls.options(
-                num_cpus=num_cpus,
-                num_gpus=num_gpus,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    placement_group=group, placement_group_bundle_index=i
-                ),
-            ).remote(*args, **kwargs)
-        )
-    return PlacedActors(handles, group)
+        return remote_cls.options(
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=group, placement_group_bundle_index=i
+            ),
+        ).remote(*args, **kwargs)
+
+    return PlacedActors([make(i) for i in range(count)], group, make)

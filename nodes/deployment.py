@@ -4,20 +4,37 @@
 like); ``placement="packed"`` spreads the packable nodes (users) over ``hosts`` hosts in
 contiguous blocks and gives every other node (server, key server, ...) a host of its own. Protocol
 code is the same either way, and so are its results and byte counts.
+
+The deployment also carries the run's :class:`nodes.conditions.Conditions`: every host applies the
+availability model itself, and the deployment adds up each round's simulated seconds (a superstep
+lasts as long as its slowest host says) and the participants who were offline or late.
+
+**Faults.** At the start of every ``snapshot_every``-th round (:meth:`begin_round`) each host
+snapshots its nodes into Ray's object store (the driver owns the references, so they outlive the
+host). When a host actor dies (killed process, out of memory), the superstep notices, starts a
+replacement in the same placement-group bundle, restores that host's nodes from its last snapshot,
+and treats them as absent for the rest of the interrupted round; the fault is recorded
+(:attr:`faults`). Message batches the dead host had sent and not yet delivered are lost with it;
+hosts whose inputs they were run their step again without them. Without a snapshot the deployment
+raises :class:`HostLostError`, one line naming the host and the round.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import signal
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import ray
+from ray.exceptions import ObjectLostError, RayActorError
 
-from cluster.ledger import Ledger
+from cluster.ledger import Ledger, is_eval_phase
 from cluster.runtime import PlacedActors, spawn_spread
 from data.partition import partition_users
+from nodes.conditions import Conditions
 from nodes.host import Host
 
 PLACEMENTS = ("dedicated", "packed")
@@ -25,6 +42,10 @@ PLACEMENTS = ("dedicated", "packed")
 
 class PlacementError(ValueError):
     """The nodes cannot be placed as asked (unknown placement, too many hosts)."""
+
+
+class HostLostError(RuntimeError):
+    """A host died and its nodes cannot be restored (no snapshot, or no replacement started)."""
 
 
 @dataclass(frozen=True)
@@ -82,8 +103,11 @@ class Deployment:
         cpus_per_host: float | None = None,
         gpus_per_host: float = 0.0,
         tap: bool = False,
+        conditions: Conditions | None = None,
     ):
         """``tap=True`` keeps a copy of every message sent (tests scan them for private data)."""
+        self.conditions = conditions if conditions is not None else Conditions()
+        self.seed = seed
         ids = [s.nid for s in specs]
         if len(set(ids)) != len(ids):
             raise ValueError("duplicate node ids in the deployment")
@@ -103,49 +127,147 @@ class Deployment:
             self.n_hosts,
             num_cpus=cpus_per_host,
             num_gpus=gpus_per_host,
-            args_for=lambda i: ((i, seed, shared, cpus_per_host), {}),
+            args_for=lambda i: ((i, seed, shared, cpus_per_host, self.conditions), {}),
         )
         self.hosts = self.placed.handles
         self.route = {s.nid: h for s, h in zip(specs, self.host_of_spec)}
-        by_host: dict[int, list] = defaultdict(list)
+        self._by_host: dict[int, list] = defaultdict(list)
         for s, h in zip(specs, self.host_of_spec):
-            by_host[h].append((s.cls, s.nid, s.kwargs))
-        route_ref = ray.put(self.route)
-        ray.get([self.hosts[h].add_nodes.remote(by_host[h]) for h in range(self.n_hosts)])
-        ray.get([h.set_route.remote(route_ref) for h in self.hosts])
+            self._by_host[h].append((s.cls, s.nid, s.kwargs))
+        self._route_ref = ray.put(self.route)
+        ray.get([self.hosts[h].add_nodes.remote(self._by_host[h]) for h in range(self.n_hosts)])
+        ray.get([h.set_route.remote(self._route_ref) for h in self.hosts])
         self.ledger = Ledger()
+        # _pending[dst] = [(source host, batch reference)]: a batch dies with its source host
         self._pending: list[list] = [[] for _ in range(self.n_hosts)]
         self._pending_local = [0] * self.n_hosts
         self.steps: list[dict] = []
         self.tap = tap
         self.tapped: list = []
+        self.faults: list[dict] = []
+        self._snapshots: list[list] = [[] for _ in range(self.n_hosts)]  # newest first, at most 2
+        self._absent: dict[int, int] = {}  # host -> the round its nodes lost to a fault
+        self._round: int | None = None
+        self._new_round_stats(None)
+
+    # --- rounds: snapshots, injected faults, simulated time ------------------------------------
+    def _new_round_stats(self, round_: int | None) -> None:
+        self._round = round_
+        self._sim = 0.0
+        self._stats = {"dropped": set(), "late": 0, "late_nodes": set(), "undelivered": 0}
+
+    def begin_round(self, round_: int) -> None:
+        """Start round ``round_``: fire the faults injected for it (``kill_hosts``), then take the
+        hosts' snapshots when one is due."""
+        self._new_round_stats(round_)
+        for r, h in self.conditions.kill_hosts:
+            if r == round_:
+                self.kill_host(h)
+        every = self.conditions.snapshot_every
+        if every and round_ % every == 0:
+            for h, host in enumerate(self.hosts):
+                self._snapshots[h] = [(round_, host.snapshot.remote())] + self._snapshots[h][:1]
+
+    def kill_host(self, h: int) -> int:
+        """SIGKILL host ``h``'s process, as an operator's ``kill -9`` would (a local cluster only);
+        the deployment notices at its next superstep. Returns the killed pid."""
+        if not 0 <= h < self.n_hosts:
+            raise ValueError(f"kill_hosts: no host {h} (the deployment has {self.n_hosts})")
+        pid = ray.get(self.hosts[h].info.remote())["pid"]
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(500):  # until the process is gone, so the next call finds it dead
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.01)
+        return pid
+
+    def round_stats(self) -> dict:
+        """The current round so far: simulated seconds, participants dropped (offline or lost to a
+        fault), late messages and their senders, undelivered messages, faults."""
+        st = self._stats
+        return {
+            "sim_seconds": self._sim,
+            "dropped": sorted(st["dropped"]),
+            "late": st["late"],
+            "late_nodes": sorted(st["late_nodes"]),
+            "undelivered": st["undelivered"],
+            "faults": [f for f in self.faults if f["round"] == self._round],
+        }
 
     # --- driving -------------------------------------------------------------------------------
     def superstep(
-        self, round_: int, phase: str, activate: tuple[str, ...] | list[str] = ()
+        self,
+        round_: int,
+        phase: str,
+        activate: tuple[str, ...] | list[str] = (),
+        *,
+        availability: bool = True,
     ) -> StepResult:
         """Deliver every pending message, run the handlers of the nodes that received messages or
-        are named in ``activate`` (a role name means all nodes of that role), collect their output."""
+        are named in ``activate`` (a role name means all nodes of that role), collect their output.
+        Evaluation phases (``eval*``) ignore availability and the simulated clock;
+        ``availability=False`` exempts a set-up step that a protocol runs before its participants
+        go about their rounds (e.g. organisations aligning users), still on the clock."""
+        if round_ != self._round:
+            self._new_round_stats(round_)
         t0 = time.perf_counter()
-        futures = [
-            host.step.remote(round_, phase, list(activate), self.tap, *self._pending[h])
-            for h, host in enumerate(self.hosts)
-        ]
-        results = ray.get(futures)
+        training = not is_eval_phase(phase)
+        ctrl = {"availability": training and availability, "clock": training, "t_start": self._sim}
+
+        def submit(h: int, sources: list):
+            c = dict(ctrl, absent=self._absent.get(h) == round_)
+            return self.hosts[h].step.remote(
+                round_, phase, list(activate), self.tap, c, *[ref for _, ref in sources]
+            )
+
+        futures = [submit(h, self._pending[h]) for h in range(self.n_hosts)]
+        results: dict[int, dict] = {}
+        dead, starved = [], []
+        for h, fut in enumerate(futures):
+            try:
+                results[h] = ray.get(fut)
+            except RayActorError:
+                dead.append(h)
+            except ObjectLostError:  # an input batch died with the host that sent it
+                starved.append(h)
+        for h in dead:
+            self._recover(h, round_, phase)
+        if starved:
+            if not dead:
+                raise HostLostError(f"round {round_} {phase}: message batches lost, no host died")
+            alive = [[(src, ref) for src, ref in self._pending[h] if src not in dead] for h in starved]
+            for h, res in zip(starved, ray.get([submit(h, a) for h, a in zip(starved, alive)])):
+                results[h] = res
         wall = time.perf_counter() - t0
         pending: list[list] = [[] for _ in range(self.n_hosts)]
         reports: dict[str, list[float]] = defaultdict(list)
-        for res in results:
+        for src in sorted(results):
+            res = results[src]
             for dst, ref in res["batches"].items():
-                pending[dst].append(ref)
+                if dst not in dead:  # a replacement host starts with an empty mailbox
+                    pending[dst].append((src, ref))
             self.ledger.merge(res["ledger"])
             self.tapped.extend(res["tapped"])
             for name, values in res["reports"].items():
                 reports[name].extend(values)
+            self._stats["dropped"].update(res["dropped"])
+            self._stats["late"] += res["late"]
+            self._stats["late_nodes"].update(res["late_nodes"])
+            self._stats["undelivered"] += res["undelivered"]
         self._pending = pending
-        self._pending_local = [r["pending_local"] for r in results]
-        compute = max(r["timing"]["compute"] for r in results)
-        codec = max(r["timing"]["decode"] + r["timing"]["encode"] for r in results)
+        self._pending_local = [
+            results[h]["pending_local"] if h in results else 0 for h in range(self.n_hosts)
+        ]
+        step_sim = max((r["sim"] for r in results.values()), default=0.0)
+        if training and self.conditions.deadline > 0:
+            step_sim = min(step_sim, max(0.0, self.conditions.deadline - self._sim))
+        self._sim += step_sim if training else 0.0
+        compute = max((r["timing"]["compute"] for r in results.values()), default=0.0)
+        codec = max(
+            (r["timing"]["decode"] + r["timing"]["encode"] for r in results.values()), default=0.0
+        )
         self.steps.append(
             {
                 "round": round_,
@@ -153,9 +275,59 @@ class Deployment:
                 "wall": wall,
                 "compute_max": compute,
                 "codec_max": codec,
+                "sim": step_sim,
             }
         )
         return StepResult(dict(reports), wall, compute, codec)
+
+    def _recover(self, h: int, round_: int, phase: str) -> None:
+        """Replace dead host ``h``, restore its nodes from their last snapshot, and mark them absent
+        for the rest of ``round_``."""
+        nodes = [nid for _, nid, _ in self._by_host[h]]
+        where = f"host {h} ({_describe(nodes)}) died in round {round_}, phase {phase!r}"
+        blob, snap_round = None, None
+        for r, ref in self._snapshots[h]:
+            try:
+                blob, snap_round = ray.get(ref), r
+                break
+            except RayActorError:
+                continue  # the host died before it could take this snapshot
+        if blob is None:
+            raise HostLostError(
+                f"{where}: no snapshot to restore it from (snapshot_every = "
+                f"{self.conditions.snapshot_every})"
+            )
+        t0 = time.perf_counter()
+        try:
+            ray.kill(self.hosts[h])
+        except Exception:  # already gone
+            pass
+        try:
+            new = self.placed.respawn(h)
+            ray.get(new.add_nodes.remote(self._by_host[h]))
+            ray.get(new.set_route.remote(self._route_ref))
+            ray.get(new.restore.remote(blob, False))
+        except Exception as e:
+            raise HostLostError(f"{where}: its replacement did not start ({type(e).__name__}: {e})") from e
+        self.hosts[h] = new
+        self._snapshots[h] = [(snap_round, ray.put(blob))]
+        self._absent[h] = round_
+        self._pending[h] = []
+        for g in range(self.n_hosts):
+            self._pending[g] = [(src, ref) for src, ref in self._pending[g] if src != h]
+        self._stats["dropped"].update(nodes)
+        self.faults.append(
+            {
+                "round": round_,
+                "phase": phase,
+                "host": h,
+                "nodes": len(nodes),
+                "node_ids": _describe(nodes),
+                "recovery": f"replaced; nodes restored from the snapshot of round {snap_round}, "
+                f"absent for the rest of round {round_}",
+                "recovery_seconds": time.perf_counter() - t0,
+            }
+        )
 
     # --- checkpoints ---------------------------------------------------------------------------
     def snapshot(self) -> dict:
@@ -164,7 +336,7 @@ class Deployment:
         return {
             "route": dict(self.route),
             "hosts": ray.get([h.snapshot.remote() for h in self.hosts]),
-            "pending": [[bytes(ray.get(ref)) for ref in refs] for refs in self._pending],
+            "pending": [[bytes(ray.get(ref)) for _, ref in refs] for refs in self._pending],
             "ledger": self.ledger.export(),
         }
 
@@ -178,7 +350,7 @@ class Deployment:
         self._pending_local = ray.get(
             [h.restore.remote(blob) for h, blob in zip(self.hosts, state["hosts"], strict=True)]
         )
-        self._pending = [[ray.put(b) for b in batches] for batches in state["pending"]]
+        self._pending = [[(-1, ray.put(b)) for b in batches] for batches in state["pending"]]
         self.ledger = Ledger()
         self.ledger.merge(state["ledger"])
 
@@ -194,6 +366,10 @@ class Deployment:
 
     def close(self) -> None:
         self.placed.release()
+
+
+def _describe(nids: list[str]) -> str:
+    return ", ".join(nids) if len(nids) <= 3 else f"{nids[0]} … {nids[-1]}, {len(nids)} nodes"
 
 
 def mean_report(reports: dict[str, list[float]], name: str) -> float:

@@ -30,11 +30,11 @@ def _pick_device() -> tuple[torch.device, list]:
 
 
 class Host:
-    def __init__(self, index: int, seed: int, shared: dict, num_cpus: float):
+    def __init__(self, index: int, seed: int, shared: dict, num_cpus: float, conditions=None):
         self.index = index
         self.device, self.gpu_ids = _pick_device()
         torch.set_num_threads(max(1, int(round(num_cpus))))
-        self.ctx = NodeContext(seed, self.device, shared)
+        self.ctx = NodeContext(seed, self.device, shared, conditions)
         self.nodes: dict[str, Node] = {}
         self.route: dict[str, int] = {}
         self.local_inbox: list[Message] = []
@@ -62,14 +62,16 @@ class Host:
             for nid, node in self.nodes.items():
                 node.ctx = ctxs[nid]
 
-    def restore(self, blob: bytes) -> int:
+    def restore(self, blob: bytes, keep_mail: bool = True) -> int:
+        """Put a :meth:`snapshot` back; ``keep_mail=False`` (recovery after a fault) discards the
+        snapshot's undelivered local mail, which belongs to an earlier round."""
         state = cloudpickle.loads(blob)
         if sorted(state["nodes"]) != sorted(self.nodes):
             raise ValueError(f"host {self.index}: the checkpoint holds other nodes than this host")
         for node in state["nodes"].values():
             node.ctx = self.ctx
         self.nodes = state["nodes"]
-        self.local_inbox = state["local_inbox"]
+        self.local_inbox = state["local_inbox"] if keep_mail else []
         return len(self.local_inbox)
 
     def info(self) -> dict:
@@ -85,20 +87,43 @@ class Host:
 
     # --- one superstep -------------------------------------------------------------------------
     def step(
-        self, round_: int, phase: str, activate: list[str], tap: bool, *batches: bytes
+        self, round_: int, phase: str, activate: list[str], tap: bool, ctrl: dict, *batches: bytes
     ) -> dict:
+        """Run one superstep. ``ctrl``: ``availability`` (apply the run's availability model),
+        ``absent`` (every node here lost the round to a fault), ``t_start`` (simulated seconds
+        since the round began, for the deadline), ``clock`` (measure simulated time)."""
         t0 = time.perf_counter()
+        cond = self.ctx.conditions
+        seed = self.ctx.seed
+        absent = bool(ctrl.get("absent"))
+        avail = bool(ctrl.get("availability")) and not cond.fair_weather
+        offline_cache: dict[str, bool] = {}
+
+        def away(nid: str) -> bool:  # offline this round (availability), or lost to a fault
+            if not avail:
+                return False
+            v = offline_cache.get(nid)
+            if v is None:
+                v = offline_cache[nid] = cond.offline(seed, round_, nid)
+            return v
+
+        dropped: set[str] = set()
+        undelivered = 0
         inbox: dict[str, list[Message]] = defaultdict(list)
-        for m in self.local_inbox:
-            inbox[m.dst].append(m)
+        incoming = list(self.local_inbox)
         self.local_inbox = []
         for batch in batches:
-            for m in decode_batch(batch):
-                if m.dst not in self.nodes:
-                    raise ValueError(
-                        f"host {self.index}: message {m.kind} for {m.dst}, which it does not carry"
-                    )
-                inbox[m.dst].append(m)
+            incoming.extend(decode_batch(batch))
+        for m in incoming:
+            if m.dst not in self.nodes:
+                raise ValueError(
+                    f"host {self.index}: message {m.kind} for {m.dst}, which it does not carry"
+                )
+            if absent or away(m.dst):
+                dropped.add(m.dst)
+                undelivered += 1
+                continue
+            inbox[m.dst].append(m)
         for msgs in inbox.values():  # a deterministic order, whatever the placement
             msgs.sort(key=lambda m: m.src)
 
@@ -109,28 +134,60 @@ class Host:
                     active.add(a)
             else:
                 active.update(nid for nid in self.nodes if role_of(nid) == a)
+        if absent or avail:
+            gone = {nid for nid in active if absent or away(nid)}
+            dropped |= gone
+            active -= gone
         by_class: dict[type, list[str]] = defaultdict(list)
         for nid in sorted(active):
             by_class[type(self.nodes[nid])].append(nid)
         t1 = time.perf_counter()
 
+        clock = bool(ctrl.get("clock"))
+        deadline = cond.deadline if clock else 0.0
+        t_start = float(ctrl.get("t_start", 0.0))
         ledger = Ledger()
         tapped: list[Message] = []
         reports: dict[str, list[float]] = defaultdict(list)
         outgoing: dict[int, list[Message]] = defaultdict(list)
+        sim_max, late, late_nodes = 0.0, 0, []
         for cls, nids in sorted(by_class.items(), key=lambda kv: kv[0].__name__):
             nodes = [self.nodes[n] for n in nids]
             for n in nodes:
                 n.round, n.phase = round_, phase
+            tc = time.perf_counter()
             cls.handle_batch(nodes, phase, [inbox.get(n, []) for n in nids])
+            share = (time.perf_counter() - tc) / len(nodes)  # each node's share of the batch
             for n in nodes:
                 out, rep = n._drain()
                 for name, values in rep.items():
                     reports[name].extend(values)
+                keep = []
                 for m in out:
-                    dst_host = self.route.get(m.dst)
-                    if dst_host is None:
+                    if m.dst not in self.route:
                         raise ValueError(f"{m.src} sent {m.kind} to unknown node {m.dst}")
+                    if away(m.dst):
+                        dropped.add(m.dst)
+                        undelivered += 1
+                    else:
+                        keep.append(m)
+                if clock:
+                    t_n = cond.node_seconds(
+                        seed,
+                        n.id,
+                        share,
+                        sum(len(m.payload) for m in inbox.get(n.id, ())),
+                        sum(len(m.payload) for m in keep),
+                    )
+                    if deadline > 0 and t_start + t_n > deadline:
+                        late += len(keep)
+                        if keep:
+                            late_nodes.append(n.id)
+                        keep = []
+                        t_n = deadline - t_start  # nobody waits past the deadline
+                    sim_max = max(sim_max, t_n)
+                for m in keep:
+                    dst_host = self.route[m.dst]
                     ledger.record((round_, phase, m.kind, m.src_role, m.dst_role), len(m.payload))
                     if tap:
                         tapped.append(m)
@@ -153,6 +210,11 @@ class Host:
             "timing": {"decode": t1 - t0, "compute": t2 - t1, "encode": t3 - t2},
             "pending_local": len(self.local_inbox),
             "tapped": tapped,
+            "sim": sim_max,
+            "dropped": sorted(dropped),
+            "undelivered": undelivered,
+            "late": late,
+            "late_nodes": late_nodes,
         }
 
     def call(self, nid: str, method: str, *args, **kwargs):

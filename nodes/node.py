@@ -29,10 +29,13 @@ class NodeContext:
     """What the host gives every node it carries: the run's seed, the compute device, and the
     protocol's shared public configuration (hyper-parameters, sizes — never another node's data)."""
 
-    def __init__(self, seed: int, device: torch.device, shared: dict):
+    def __init__(self, seed: int, device: torch.device, shared: dict, conditions=None):
+        from nodes.conditions import Conditions
+
         self.seed = seed
         self.device = device
         self.shared = shared
+        self.conditions = conditions if conditions is not None else Conditions()
 
 
 class Node:
@@ -59,6 +62,20 @@ class Node:
     @property
     def shared(self) -> dict:
         return self.ctx.shared
+
+    def online(self, nid: str) -> bool:
+        """Whether participant ``nid`` is reachable in the current round (what a device learns by
+        trying to connect; see nodes/conditions.py). Evaluation phases see everyone online."""
+        from cluster.ledger import is_eval_phase
+
+        if is_eval_phase(self.phase):
+            return True
+        return not self.ctx.conditions.offline(self.ctx.seed, self.round, nid)
+
+    @property
+    def min_participants(self) -> int:
+        """Below this many uploads a server skips the round's update (run condition)."""
+        return self.ctx.conditions.min_participants
 
     def torch_generator(self) -> torch.Generator:
         """A CPU torch generator seeded from this node's RNG stream (draws advance the stream)."""

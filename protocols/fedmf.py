@@ -9,8 +9,10 @@ its device. One round:
                  gradients of its 2P sampled slots: ids + rows. Uploads have a fixed size, so their
                  length says nothing about how many items the user has; the ids do reveal which items
                  were sampled — the known leak of this baseline, which FedPerGNN's pseudo items hide.
-3. ``aggregate`` the server sums the uploads row by row (in a fixed order), averages over the
-                 round's uploads and takes an Adam step on Q.
+3. ``aggregate`` the server sums the uploads that arrived row by row (in a fixed order), averages
+                 over them and takes an Adam step on Q. A sampled user who is offline never
+                 uploads; with fewer than ``min_participants`` uploads (a run condition) the server
+                 skips the round's update and reports it (``skipped``).
 
 Evaluation (``eval_download``/``eval``): the server sends Q to every user, each user ranks all items
 it has not trained on with p_u·Q and reports its Recall/NDCG/Precision/Hit@K; that traffic is
@@ -84,6 +86,9 @@ class FedMFServer(Node):
         elif phase == "aggregate":
             expect_kinds(inbox, "item_grads", node=self.id)
             n_items = self.item_factors.shape[0]
+            if len(inbox) < max(1, self.min_participants):
+                self.report("skipped", 1.0)
+                return
             uploads = [decode_rows(m.payload, n_items) for m in inbox]  # sorted by sender
             step_on_mean(self.item_factors, self.optimizer, uploads)
         else:
@@ -211,10 +216,11 @@ class FedMF(Protocol):
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:
         dep.superstep(round_, "download", activate=[SERVER])
         res = dep.superstep(round_, "train")
-        dep.superstep(round_, "aggregate")
+        agg = dep.superstep(round_, "aggregate")
         return {
             "loss": mean_report(res.reports, "loss"),
             "participants": len(res.reports.get("loss", [])),
+            "skipped": len(agg.reports.get("skipped", [])),
         }
 
     def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:

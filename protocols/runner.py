@@ -14,7 +14,8 @@ from tqdm import tqdm
 from cluster.runtime import start_or_join
 from data.types import RecDataset
 from models.baselines import popularity_metrics
-from nodes.deployment import Deployment, assign_hosts
+from nodes.conditions import Conditions
+from nodes.deployment import Deployment, HostLostError, assign_hosts
 from protocols import get_protocol
 from protocols.base import build_config
 from protocols.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -37,6 +38,7 @@ class RunSettings:
     checkpoint_every: int = (
         0  # write run_dir/checkpoint.pkl every N rounds and after the last (0: never)
     )
+    conditions: Conditions = field(default_factory=Conditions)  # availability, clock, faults
 
 
 def run(
@@ -56,7 +58,7 @@ def run(
     report = RunReport(run_dir)
     report.write_config(
         {
-            "settings": dataclasses.asdict(settings),
+            "settings": {**dataclasses.asdict(settings), "conditions": _conditions_record(settings)},
             "protocol_config": dataclasses.asdict(config),
             "dataset": {
                 "name": dataset.name,
@@ -72,7 +74,7 @@ def run(
         }
     )
     dep = _deploy(settings, protocol, specs)
-    return _drive(settings, config, protocol, dataset, dep, report, run_dir, 0, {}, 0.0)
+    return _drive(settings, config, protocol, dataset, dep, report, run_dir, 0, {}, 0.0, {})
 
 
 def resume(
@@ -91,6 +93,8 @@ def resume(
         raise CheckpointError(
             f"{run_dir}: --rounds must exceed the {start} rounds already done, got {rounds}"
         )
+    if not hasattr(state["settings"], "conditions"):  # a checkpoint from before run conditions
+        state["settings"].conditions = Conditions()
     settings = dataclasses.replace(
         state["settings"], rounds=rounds, address=address, progress=progress
     )
@@ -119,6 +123,7 @@ def resume(
         start,
         state["metrics"],
         state["elapsed"],
+        state.get("totals", {}),
     )
 
 
@@ -131,11 +136,22 @@ def _deploy(settings: RunSettings, protocol, specs) -> Deployment:
         hosts=settings.hosts,
         cpus_per_host=settings.cpus_per_host,
         gpus_per_host=settings.gpus_per_host,
+        conditions=settings.conditions,
     )
 
 
-def _drive(settings, config, protocol, dataset, dep, report, run_dir, start, metrics, elapsed):
+def _conditions_record(settings: RunSettings) -> dict:
+    c = dataclasses.asdict(settings.conditions)
+    c.pop("online_rounds", None)
+    return c
+
+
+def _drive(
+    settings, config, protocol, dataset, dep, report, run_dir, start, metrics, elapsed, totals
+):
     t_start = time.perf_counter() - elapsed
+    sim_total = totals.get("sim_seconds", 0.0)
+    faults = list(totals.get("faults", []))
     try:
         bar = tqdm(
             range(start, settings.rounds),
@@ -147,6 +163,7 @@ def _drive(settings, config, protocol, dataset, dep, report, run_dir, start, met
         )
         for rnd in bar:
             t0 = time.perf_counter()
+            dep.begin_round(rnd)
             train = protocol.run_round(dep, rnd)
             last = rnd == settings.rounds - 1
             every = config.eval_every
@@ -154,6 +171,9 @@ def _drive(settings, config, protocol, dataset, dep, report, run_dir, start, met
             if evaluated:
                 metrics = protocol.evaluate(dep, rnd)
             privacy = protocol.privacy()
+            stats = dep.round_stats()
+            sim_total += stats["sim_seconds"]
+            faults.extend(stats["faults"])
             row = {
                 "round": rnd,
                 "train": train,
@@ -163,6 +183,12 @@ def _drive(settings, config, protocol, dataset, dep, report, run_dir, start, met
                 "bytes_crossed": dep.ledger.crossed_total(round_=rnd),
                 "epsilon": privacy.get("epsilon"),
                 "seconds": time.perf_counter() - t0,
+                "sim_seconds": stats["sim_seconds"],
+                "sim_elapsed": sim_total,
+                "dropped": len(stats["dropped"]),
+                "late": stats["late"],
+                "late_nodes": len(stats["late_nodes"]),
+                "faults": stats["faults"],
             }
             report.add_round(row)
             bar.set_postfix(
@@ -182,6 +208,7 @@ def _drive(settings, config, protocol, dataset, dep, report, run_dir, start, met
                         "deployment": dep.snapshot(),
                         "metrics": metrics,
                         "elapsed": time.perf_counter() - t_start,
+                        "totals": {"sim_seconds": sim_total, "faults": faults},
                     },
                 )
         if dep.has_pending():
@@ -202,10 +229,19 @@ def _drive(settings, config, protocol, dataset, dep, report, run_dir, start, met
             "messages": dep.ledger.messages(),
             "privacy": protocol.privacy(),
             "wall_seconds": wall,
+            "sim_seconds": sim_total,
+            "faults": faults,
+            "conditions": _conditions_record(settings),
             "baselines": {"popularity": popularity_metrics(dataset, k=config.eval_k)},
             "run_dir": str(run_dir),
         }
         report.write_summary(summary)
+    except HostLostError as e:
+        ckpt = Path(run_dir) / "checkpoint.pkl"
+        resume_hint = (
+            f"; resume with --resume {run_dir}" if ckpt.is_file() else "; no checkpoint was written"
+        )
+        raise HostLostError(f"{e}{resume_hint}") from None
     finally:
         report.close()
         dep.close()

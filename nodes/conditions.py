@@ -1,0 +1,196 @@
+"""Run conditions: who is offline, how fast each device computes and talks, and how long a
+superstep takes in a real deployment. No Ray; every host evaluates the same pure functions.
+
+**Availability.** A participant of a role in ``dropout_roles`` is offline in round ``r`` with
+probability ``dropout``, drawn from ``(seed, r, node id)`` alone, so the offline set of a round is
+the same whatever the placement and the number of hosts. An availability trace (a JSON file
+``{"user/3": [[0, 10], [25, 40]], "party/1": [2, 3, 5]}``: half-open ``[start, end)`` round windows
+or single rounds in which the node is online) overrides the draw for the nodes it names. An offline
+node runs no handler and receives nothing in that round; messages addressed to it are not
+delivered (and not counted as protocol bytes). Evaluation phases ignore availability: they measure
+the model, they are not deployment traffic.
+
+**Heterogeneity and the simulated clock.** Every node has a compute-speed factor (a multiplier of
+the handler time measured on this machine) and a link class. A node that acted in a superstep
+finishes after
+
+    t_n = handler_seconds_n × speed_n + bytes_received_n / down_n + bytes_sent_n / up_n + latency_n
+
+and the superstep lasts ``max_n t_n`` (at most up to the round ``deadline``). A host measures one
+handler call per node class (a batched pass); each node of the batch is charged an equal share.
+A message whose sender finishes after the deadline (``round start + t_n > deadline``) is dropped and
+counted as *late*. With a deadline, lateness depends on measured handler times, so a run with a
+deadline is reproducible only up to timing noise; without one, the results do not depend on time.
+
+Default figures (bytes per second, seconds):
+
+* ``mobile`` — 50 Mbit/s down, 10 Mbit/s up, 30 ms latency: rounded global medians of mobile
+  connections in Ookla's Speedtest Global Index (2024), the asymmetric link of a phone.
+* ``datacenter`` — 10 Gbit/s both ways, 0.5 ms: a common cloud VM network interface and the
+  round-trip time inside one region.
+* User devices compute ``user_speed`` (default 2) times slower than this machine's core at the
+  median, spread log-normally with σ = ``speed_spread`` (default 0.5: the 5–95% range of devices is
+  0.44×–2.3× the median, the order of the spread FedScale (Lai et al., ICML 2022) measured across
+  mobile devices). Servers, parties, key servers and matchers compute at speed 1 on datacenter links.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cluster.message import role_of
+
+
+class ConditionsError(ValueError):
+    """An impossible run condition; the message names the parameter."""
+
+
+@dataclass(frozen=True)
+class Link:
+    down: float  # bytes per second
+    up: float  # bytes per second
+    latency: float  # seconds per superstep in which the node talks
+
+
+LINKS: dict[str, Link] = {
+    "mobile": Link(down=50e6 / 8, up=10e6 / 8, latency=0.030),
+    "datacenter": Link(down=10e9 / 8, up=10e9 / 8, latency=0.0005),
+}
+
+DEVICE_ROLES = ("user",)  # roles that run on people's devices; every other role is a datacenter
+
+
+def _unit(*parts) -> float:
+    """A uniform number in [0, 1) determined by ``parts`` only."""
+    digest = hashlib.sha256(":".join(map(str, ("privrec-conditions", *parts))).encode()).digest()
+    return int.from_bytes(digest[:8], "little") / 2.0**64
+
+
+def _standard_normal(*parts) -> float:
+    u1, u2 = _unit(*parts, "a"), _unit(*parts, "b")
+    return math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """How participants behave in a run. The defaults are a fair-weather run (everyone online, no
+    deadline) whose simulated clock uses the mobile/datacenter figures above."""
+
+    dropout: float = 0.0  # probability that a participant of dropout_roles is offline in a round
+    dropout_roles: tuple[str, ...] = ("user", "party")
+    trace: str = ""  # path of an availability trace (JSON), overrides dropout for the nodes it names
+    min_participants: int = 1  # a server skips its update when fewer uploads arrived
+    deadline: float = 0.0  # simulated seconds per round after which messages are late (0: none)
+    user_speed: float = 2.0  # median compute-time multiplier of user devices
+    speed_spread: float = 0.5  # σ of the log-normal spread of user devices' speed factors
+    user_link: str = "mobile"  # link class of user devices: mobile | datacenter
+    snapshot_every: int = 1  # rounds between per-host snapshots for fault recovery (0: none)
+    kill_hosts: tuple[tuple[int, int], ...] = ()  # (round, host): SIGKILL that host at round start
+    online_rounds: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self):
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConditionsError(f"dropout: must be in [0, 1), got {self.dropout}")
+        if self.min_participants < 0:
+            raise ConditionsError(f"min_participants: must be >= 0, got {self.min_participants}")
+        if not self.deadline >= 0:
+            raise ConditionsError(f"deadline: must be >= 0 seconds, got {self.deadline}")
+        if not self.user_speed >= 0 or not self.speed_spread >= 0:
+            raise ConditionsError("user_speed/speed_spread: must be >= 0")
+        if self.user_link not in LINKS:
+            raise ConditionsError(f"user_link: one of {sorted(LINKS)}, got {self.user_link!r}")
+        if self.snapshot_every < 0:
+            raise ConditionsError(f"snapshot_every: must be >= 0, got {self.snapshot_every}")
+        object.__setattr__(self, "dropout_roles", tuple(self.dropout_roles))
+        object.__setattr__(self, "kill_hosts", tuple(tuple(map(int, k)) for k in self.kill_hosts))
+        if self.trace and not self.online_rounds:
+            object.__setattr__(self, "online_rounds", load_trace(self.trace))
+
+    @classmethod
+    def from_dict(cls, values: dict) -> Conditions:
+        """One validation path for TOML tables, flags and the Python API."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"online_rounds"}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ConditionsError(
+                f"{', '.join(unknown)}: unknown run condition (known: {', '.join(sorted(names))})"
+            )
+        return cls(**values)
+
+    # --- availability --------------------------------------------------------------------------
+    def offline(self, seed: int, round_: int, nid: str) -> bool:
+        """Whether ``nid`` is offline in training round ``round_`` (a function of its arguments)."""
+        if nid in self.online_rounds:
+            return round_ not in self.online_rounds[nid]
+        if self.dropout <= 0.0 or role_of(nid) not in self.dropout_roles:
+            return False
+        return _unit(seed, "offline", round_, nid) < self.dropout
+
+    @property
+    def fair_weather(self) -> bool:
+        return self.dropout <= 0.0 and not self.online_rounds and self.deadline <= 0.0
+
+    # --- heterogeneity -------------------------------------------------------------------------
+    def speed(self, seed: int, nid: str) -> float:
+        if role_of(nid) not in DEVICE_ROLES:
+            return 1.0
+        return self.user_speed * math.exp(self.speed_spread * _standard_normal(seed, "speed", nid))
+
+    def link(self, nid: str) -> Link:
+        return LINKS[self.user_link] if role_of(nid) in DEVICE_ROLES else LINKS["datacenter"]
+
+    def node_seconds(
+        self, seed: int, nid: str, handler_s: float, received: int, sent: int
+    ) -> float:
+        """Simulated seconds until ``nid`` has received its inbox, run its handler and sent."""
+        link = self.link(nid)
+        talked = received > 0 or sent > 0
+        return (
+            handler_s * self.speed(seed, nid)
+            + received / link.down
+            + sent / link.up
+            + (link.latency if talked else 0.0)
+        )
+
+
+class _Rounds:
+    """Rounds in which a traced node is online: single rounds and half-open windows."""
+
+    def __init__(self, singles: set[int], windows: list[tuple[int, int]]):
+        self.singles, self.windows = singles, windows
+
+    def __contains__(self, r: int) -> bool:
+        return r in self.singles or any(a <= r < b for a, b in self.windows)
+
+
+def load_trace(path: str | Path) -> dict[str, _Rounds]:
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConditionsError(f"trace: cannot read {p} ({e})") from None
+    if not isinstance(doc, dict):
+        raise ConditionsError(f"trace: {p} must hold an object {{node id: rounds online}}")
+    out = {}
+    for nid, entries in doc.items():
+        if "/" not in nid or not isinstance(entries, list):
+            raise ConditionsError(
+                f"trace: {p}: entry {nid!r} must be 'role/index': [rounds or [start, end) windows]"
+            )
+        singles, windows = set(), []
+        for e in entries:
+            if isinstance(e, int) and not isinstance(e, bool):
+                singles.add(e)
+            elif (
+                isinstance(e, list) and len(e) == 2 and all(isinstance(x, int) for x in e)
+            ):
+                windows.append((e[0], e[1]))
+            else:
+                raise ConditionsError(f"trace: {p}: {nid}: {e!r} is neither a round nor [start, end)")
+        out[nid] = _Rounds(singles, windows)
+    return out
