@@ -4,9 +4,13 @@
     python launch.py --protocol dmf --dataset ml-100k --rounds 50
     python launch.py --address auto --placement packed --hosts 8 --gpus-per-host 0.25 --config exp.toml
 
-A ``--config`` TOML file sets protocol parameters at its top level (or under ``[protocol]``) and
+A ``--config`` TOML file sets protocol parameters at its top level (or under ``[protocol]``),
 dataset options under ``[dataset]`` (split, min_user_interactions, min_item_interactions, implicit,
-test_fraction, and the synthetic generator's n_users, n_items, ...).
+test_fraction, and the synthetic generator's n_users, n_items, ...) and run conditions under
+``[conditions]`` (dropout, trace, min_participants, deadline, user_speed, speed_spread, user_link,
+snapshot_every, kill_hosts; see nodes/conditions.py). The condition flags override the table:
+    python launch.py --protocol fedlightgcn --dropout 0.3 --deadline 20 --user-link mobile
+    python launch.py --rounds 400 --hosts 2 --kill-host 5:0      # SIGKILL host 0 at round 5
 
 Any protocol parameter can also be given as a flag, which overrides the file: ``--backbone gat``,
 ``--public-ratio 0.2``, ``--parties 4``; a boolean alone is true (``--use-bipartite``) and
@@ -107,6 +111,64 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="write RUN_DIR/checkpoint.pkl every N rounds and after the last (default: never)",
     )
+    c = p.add_argument_group("run conditions (also a [conditions] table in --config)")
+    c.add_argument(
+        "--dropout",
+        type=float,
+        default=None,
+        help="probability that a user or party is offline in a round (default: 0)",
+    )
+    c.add_argument(
+        "--availability-trace",
+        dest="trace",
+        default=None,
+        metavar="FILE",
+        help="JSON {node id: [rounds or [start, end) windows online]}; overrides --dropout for the nodes it names",
+    )
+    c.add_argument(
+        "--min-participants",
+        type=int,
+        default=None,
+        help="a server skips its update when fewer uploads arrived (default: 1)",
+    )
+    c.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="simulated seconds per round after which messages are late and dropped (default: 0 = none)",
+    )
+    c.add_argument(
+        "--user-speed",
+        type=float,
+        default=None,
+        help="median compute-time multiplier of user devices vs this machine (default: 2)",
+    )
+    c.add_argument(
+        "--speed-spread",
+        type=float,
+        default=None,
+        help="sigma of the log-normal spread of device speeds (default: 0.5)",
+    )
+    c.add_argument(
+        "--user-link",
+        default=None,
+        choices=["mobile", "datacenter"],
+        help="link class of user devices (default: mobile)",
+    )
+    c.add_argument(
+        "--snapshot-every",
+        type=int,
+        default=None,
+        help="rounds between host snapshots for recovering a dead host (default: 1; 0 = none)",
+    )
+    c.add_argument(
+        "--kill-host",
+        dest="kill_hosts",
+        action="append",
+        default=None,
+        metavar="ROUND:HOST",
+        help="fault injection: SIGKILL host HOST at the start of round ROUND (repeatable)",
+    )
     p.add_argument(
         "--resume",
         default=None,
@@ -191,7 +253,7 @@ def parse(argv: list[str] | None = None):
             )
         if not Path(args.resume).is_dir():
             parser.error(f"--resume {args.resume!r} is not a directory")
-        return parser, args, {}, {}
+        return parser, args, {}, {}, {}
     if args.hosts < 1:
         parser.error(f"--hosts must be >= 1, got {args.hosts}")
     if not args.gpus_per_host >= 0:
@@ -210,7 +272,7 @@ def parse(argv: list[str] | None = None):
         parser.error(f"--address must be 'auto' or HOST:PORT, got {args.address!r}")
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         parser.error(f"--data-dir {args.data_dir!r} is not a directory")
-    params, dataset_opts = {}, {}
+    params, dataset_opts, conditions = {}, {}, {}
     if args.config is not None:
         path = Path(args.config)
         if not path.is_file():
@@ -220,12 +282,14 @@ def parse(argv: list[str] | None = None):
         except tomllib.TOMLDecodeError as e:
             parser.error(f"--config {args.config}: not valid TOML ({e})")
         dataset_opts = doc.pop("dataset", {})
+        conditions = doc.pop("conditions", {})
         params = doc.pop("protocol", {})
         params.update({k: v for k, v in doc.items() if not isinstance(v, dict)})
         unknown_tables = [k for k, v in doc.items() if isinstance(v, dict)]
         if unknown_tables:
             parser.error(
-                f"--config {args.config}: unknown table(s) {unknown_tables} (known: [protocol], [dataset])"
+                f"--config {args.config}: unknown table(s) {unknown_tables} "
+                "(known: [protocol], [dataset], [conditions])"
             )
         if args.dataset != "synthetic":
             bad = sorted(set(dataset_opts) - DATASET_OPTIONS)
@@ -240,16 +304,42 @@ def parse(argv: list[str] | None = None):
             params.update(protocol_flags(extras, get_protocol(args.protocol).Config))
         except ValueError as e:
             parser.error(f"--protocol {args.protocol}: {e}")
-    return parser, args, params, dataset_opts
+    for name in CONDITION_FLAGS:
+        value = getattr(args, name)
+        if value is not None:
+            conditions[name] = value
+    if args.kill_hosts is not None:
+        try:
+            conditions["kill_hosts"] = [
+                tuple(int(x) for x in k.split(":")) for k in args.kill_hosts
+            ]
+            if any(len(k) != 2 for k in conditions["kill_hosts"]):
+                raise ValueError
+        except ValueError:
+            parser.error(f"--kill-host expects ROUND:HOST, got {args.kill_hosts}")
+    return parser, args, params, dataset_opts, conditions
+
+
+CONDITION_FLAGS = (
+    "dropout",
+    "trace",
+    "min_participants",
+    "deadline",
+    "user_speed",
+    "speed_spread",
+    "user_link",
+    "snapshot_every",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser, args, params, dataset_opts = parse(argv)
+    parser, args, params, dataset_opts, condition_values = parse(argv)
     if args.resume is not None:
         return _resume(parser, args)
     from data.errors import DataFormatError
     from data.registry import load_dataset
-    from nodes.deployment import PlacementError
+    from nodes.conditions import Conditions, ConditionsError
+    from nodes.deployment import HostLostError, PlacementError
     from protocols import get_protocol
     from protocols.base import ConfigError, build_config
     from protocols.runner import RunSettings, run
@@ -258,6 +348,10 @@ def main(argv: list[str] | None = None) -> int:
         build_config(get_protocol(args.protocol).Config, params)  # fail fast, before Ray starts
     except ConfigError as e:
         parser.error(f"protocol parameter {e}")
+    try:
+        conditions = Conditions.from_dict(condition_values)
+    except (ConditionsError, TypeError) as e:
+        parser.error(f"run condition {e}")
     try:
         dataset = load_dataset(args.dataset, args.data_dir, seed=args.seed, **dataset_opts)
     except (DataFormatError, FileNotFoundError, ValueError, TypeError) as e:
@@ -275,11 +369,15 @@ def main(argv: list[str] | None = None) -> int:
         params=params,
         progress=not args.no_progress,
         checkpoint_every=args.checkpoint_every,
+        conditions=conditions,
     )
     try:
         run_dir, summary = run(settings, dataset, dataset.meta)
     except PlacementError as e:
         parser.error(f"--hosts/--placement: {e}")
+    except HostLostError as e:
+        print(f"launch.py: run stopped: {e}", file=sys.stderr)
+        return 1
     except ConfigError as e:  # a parameter that does not fit the dataset, found by the protocol
         parser.error(f"protocol parameter {e}")
     _show(summary, run_dir)
@@ -287,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _resume(parser, args) -> int:
-    from nodes.deployment import PlacementError
+    from nodes.deployment import HostLostError, PlacementError
     from protocols.checkpoint import CheckpointError
     from protocols.runner import resume
 
@@ -301,6 +399,9 @@ def _resume(parser, args) -> int:
         )
     except (CheckpointError, PlacementError) as e:
         parser.error(f"--resume: {e}")
+    except HostLostError as e:
+        print(f"launch.py: run stopped: {e}", file=sys.stderr)
+        return 1
     _show(summary, run_dir)
     return 0
 
@@ -308,8 +409,18 @@ def _resume(parser, args) -> int:
 def _show(summary: dict, run_dir) -> None:
     shown = {
         k: summary[k]
-        for k in ("protocol", "dataset", "rounds", "metrics", "bytes_total", "wall_seconds")
+        for k in (
+            "protocol",
+            "dataset",
+            "rounds",
+            "metrics",
+            "bytes_total",
+            "wall_seconds",
+            "sim_seconds",
+        )
     }
+    if summary.get("faults"):
+        shown["faults"] = summary["faults"]
     shown["baseline_popularity"] = summary["baselines"]["popularity"]
     print(json.dumps(shown, indent=2, default=float))
     print(f"run report: {run_dir}")

@@ -31,7 +31,8 @@ Default figures (bytes per second, seconds):
 * User devices compute ``user_speed`` (default 2) times slower than this machine's core at the
   median, spread log-normally with σ = ``speed_spread`` (default 0.5: the 5–95% range of devices is
   0.44×–2.3× the median, the order of the spread FedScale (Lai et al., ICML 2022) measured across
-  mobile devices). Servers, parties, key servers and matchers compute at speed 1 on datacenter links.
+  mobile devices). Servers, parties, key servers and matchers compute at ``server_speed`` (default
+  1: this machine) on datacenter links.
 """
 
 from __future__ import annotations
@@ -83,10 +84,13 @@ class Conditions:
 
     dropout: float = 0.0  # probability that a participant of dropout_roles is offline in a round
     dropout_roles: tuple[str, ...] = ("user", "party")
-    trace: str = ""  # path of an availability trace (JSON), overrides dropout for the nodes it names
+    trace: str = (
+        ""  # path of an availability trace (JSON), overrides dropout for the nodes it names
+    )
     min_participants: int = 1  # a server skips its update when fewer uploads arrived
     deadline: float = 0.0  # simulated seconds per round after which messages are late (0: none)
     user_speed: float = 2.0  # median compute-time multiplier of user devices
+    server_speed: float = 1.0  # compute-time multiplier of datacenter roles (server, party, ...)
     speed_spread: float = 0.5  # σ of the log-normal spread of user devices' speed factors
     user_link: str = "mobile"  # link class of user devices: mobile | datacenter
     snapshot_every: int = 1  # rounds between per-host snapshots for fault recovery (0: none)
@@ -100,8 +104,8 @@ class Conditions:
             raise ConditionsError(f"min_participants: must be >= 0, got {self.min_participants}")
         if not self.deadline >= 0:
             raise ConditionsError(f"deadline: must be >= 0 seconds, got {self.deadline}")
-        if not self.user_speed >= 0 or not self.speed_spread >= 0:
-            raise ConditionsError("user_speed/speed_spread: must be >= 0")
+        if not self.user_speed >= 0 or not self.speed_spread >= 0 or not self.server_speed >= 0:
+            raise ConditionsError("user_speed/server_speed/speed_spread: must be >= 0")
         if self.user_link not in LINKS:
             raise ConditionsError(f"user_link: one of {sorted(LINKS)}, got {self.user_link!r}")
         if self.snapshot_every < 0:
@@ -138,7 +142,7 @@ class Conditions:
     # --- heterogeneity -------------------------------------------------------------------------
     def speed(self, seed: int, nid: str) -> float:
         if role_of(nid) not in DEVICE_ROLES:
-            return 1.0
+            return self.server_speed
         return self.user_speed * math.exp(self.speed_spread * _standard_normal(seed, "speed", nid))
 
     def link(self, nid: str) -> Link:
@@ -186,11 +190,11 @@ def load_trace(path: str | Path) -> dict[str, _Rounds]:
         for e in entries:
             if isinstance(e, int) and not isinstance(e, bool):
                 singles.add(e)
-            elif (
-                isinstance(e, list) and len(e) == 2 and all(isinstance(x, int) for x in e)
-            ):
+            elif isinstance(e, list) and len(e) == 2 and all(isinstance(x, int) for x in e):
                 windows.append((e[0], e[1]))
             else:
-                raise ConditionsError(f"trace: {p}: {nid}: {e!r} is neither a round nor [start, end)")
+                raise ConditionsError(
+                    f"trace: {p}: {nid}: {e!r} is neither a round nor [start, end)"
+                )
         out[nid] = _Rounds(singles, windows)
     return out

@@ -216,8 +216,10 @@ class Deployment:
         training = not is_eval_phase(phase)
         ctrl = {"availability": training and availability, "clock": training, "t_start": self._sim}
 
+        lost = sorted(g for g, r in self._absent.items() if r == round_)
+
         def submit(h: int, sources: list):
-            c = dict(ctrl, absent=self._absent.get(h) == round_)
+            c = dict(ctrl, absent=h in lost, absent_hosts=lost)
             return self.hosts[h].step.remote(
                 round_, phase, list(activate), self.tap, c, *[ref for _, ref in sources]
             )
@@ -237,7 +239,9 @@ class Deployment:
         if starved:
             if not dead:
                 raise HostLostError(f"round {round_} {phase}: message batches lost, no host died")
-            alive = [[(src, ref) for src, ref in self._pending[h] if src not in dead] for h in starved]
+            alive = [
+                [(src, ref) for src, ref in self._pending[h] if src not in dead] for h in starved
+            ]
             for h, res in zip(starved, ray.get([submit(h, a) for h, a in zip(starved, alive)])):
                 results[h] = res
         wall = time.perf_counter() - t0
@@ -308,7 +312,9 @@ class Deployment:
             ray.get(new.set_route.remote(self._route_ref))
             ray.get(new.restore.remote(blob, False))
         except Exception as e:
-            raise HostLostError(f"{where}: its replacement did not start ({type(e).__name__}: {e})") from e
+            raise HostLostError(
+                f"{where}: its replacement did not start ({type(e).__name__}: {e})"
+            ) from e
         self.hosts[h] = new
         self._snapshots[h] = [(snap_round, ray.put(blob))]
         self._absent[h] = round_

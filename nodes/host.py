@@ -107,6 +107,7 @@ class Host:
                 v = offline_cache[nid] = cond.offline(seed, round_, nid)
             return v
 
+        lost_hosts = set(ctrl.get("absent_hosts", ()))  # hosts whose nodes lost this round
         dropped: set[str] = set()
         undelivered = 0
         inbox: dict[str, list[Message]] = defaultdict(list)
@@ -166,7 +167,7 @@ class Host:
                 for m in out:
                     if m.dst not in self.route:
                         raise ValueError(f"{m.src} sent {m.kind} to unknown node {m.dst}")
-                    if away(m.dst):
+                    if away(m.dst) or self.route[m.dst] in lost_hosts:
                         dropped.add(m.dst)
                         undelivered += 1
                     else:

@@ -15,6 +15,7 @@ import pickle
 from pathlib import Path
 
 CHECKPOINT_NAME = "checkpoint.pkl"
+PREVIOUS_NAME = "checkpoint.prev.pkl"
 FORMAT = 1
 
 
@@ -23,19 +24,48 @@ class CheckpointError(ValueError):
 
 
 def save_checkpoint(run_dir: Path, state: dict) -> Path:
-    """Write ``state`` to ``run_dir/checkpoint.pkl`` atomically (a crash mid-write keeps the old one)."""
-    path = Path(run_dir) / CHECKPOINT_NAME
+    """Write ``state`` to ``run_dir/checkpoint.pkl`` atomically: into a temporary file, fsync'd,
+    then renamed over the old one, which is kept as ``checkpoint.prev.pkl``. A crash at any point
+    leaves a complete checkpoint behind (the old or the new one)."""
+    run_dir = Path(run_dir)
+    path, prev = run_dir / CHECKPOINT_NAME, run_dir / PREVIOUS_NAME
     tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        pickle.dump({"format": FORMAT, **state}, f, protocol=pickle.HIGHEST_PROTOCOL)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            pickle.dump({"format": FORMAT, **state}, f, protocol=pickle.HIGHEST_PROTOCOL)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if path.exists():
+        os.replace(path, prev)
     os.replace(tmp, path)
+    dir_fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the renames themselves reach the disk
+    finally:
+        os.close(dir_fd)
     return path
 
 
 def load_checkpoint(run_dir: str | Path) -> dict:
-    path = Path(run_dir) / CHECKPOINT_NAME
+    """The last good checkpoint of ``run_dir``: ``checkpoint.pkl``, or the one before it when that
+    one is missing or unreadable (a crash between the two renames of :func:`save_checkpoint`, a
+    damaged disk)."""
+    path, prev = Path(run_dir) / CHECKPOINT_NAME, Path(run_dir) / PREVIOUS_NAME
+    try:
+        return _load(path)
+    except CheckpointError:
+        if prev.is_file():
+            try:
+                return _load(prev)
+            except CheckpointError:
+                pass
+        raise
+
+
+def _load(path: Path) -> dict:
     if not path.is_file():
         raise CheckpointError(
             f"{path}: no checkpoint (was the run started with --checkpoint-every?)"

@@ -90,20 +90,40 @@ class RunReport:
         rounds = [r["round"] for r in self.rows]
         metric_names = sorted({k for r in self.rows for k in r.get("metrics", {})})
         if metric_names:
-            fig, ax = plt.subplots(figsize=(6, 4))
-            for name in metric_names:
-                pts = [
-                    (r["round"], r["metrics"][name])
-                    for r in self.rows
-                    if r.get("metrics", {}).get(name) is not None
-                ]
-                if pts:
-                    ax.plot(*zip(*pts), marker="o", label=name)
-            ax.set_xlabel("round")
-            ax.set_title("metrics")
-            ax.legend(fontsize=7)
+            have_sim = any(r.get("sim_elapsed") for r in self.rows)
+            fig, axes = plt.subplots(1, 2 if have_sim else 1, figsize=(11 if have_sim else 6, 4))
+            axes = list(axes) if have_sim else [axes]
+            xs = [("round", "round")] + ([("sim_elapsed", "simulated seconds")] if have_sim else [])
+            for ax, (key, label) in zip(axes, xs):
+                for name in metric_names:
+                    pts = [
+                        (r[key], r["metrics"][name])
+                        for r in self.rows
+                        if r.get("metrics", {}).get(name) is not None and r.get(key) is not None
+                    ]
+                    if pts:
+                        ax.plot(*zip(*pts), marker="o", label=name)
+                ax.set_xlabel(label)
+                ax.set_title(f"metrics vs {label}")
+                ax.legend(fontsize=7)
             fig.tight_layout()
             fig.savefig(self.dir / "metrics.png", dpi=100)
+            plt.close(fig)
+        series = {
+            "dropped participants": [r.get("dropped", 0) or 0 for r in self.rows],
+            "late messages": [r.get("late", 0) or 0 for r in self.rows],
+            "faulted nodes": [sum(f["nodes"] for f in r.get("faults") or []) for r in self.rows],
+        }
+        if any(any(v) for v in series.values()):
+            fig, ax = plt.subplots(figsize=(6, 4))
+            for label, ys in series.items():
+                if any(ys):
+                    ax.plot(rounds, ys, marker=".", label=label)
+            ax.set_xlabel("round")
+            ax.set_title("absence per round")
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            fig.savefig(self.dir / "participation.png", dpi=100)
             plt.close(fig)
         kinds = sorted({k for r in self.rows for k in r.get("bytes_by_kind", {})})
         if kinds:

@@ -58,7 +58,10 @@ def run(
     report = RunReport(run_dir)
     report.write_config(
         {
-            "settings": {**dataclasses.asdict(settings), "conditions": _conditions_record(settings)},
+            "settings": {
+                **dataclasses.asdict(settings),
+                "conditions": _conditions_record(settings),
+            },
             "protocol_config": dataclasses.asdict(config),
             "dataset": {
                 "name": dataset.name,
@@ -100,6 +103,8 @@ def resume(
     )
     if checkpoint_every is not None:
         settings.checkpoint_every = checkpoint_every
+    # injected faults (--kill-host) are a test of the interrupted run, not replayed on resume
+    settings.conditions = dataclasses.replace(settings.conditions, kill_hosts=())
     protocol = state["protocol"]
     specs = protocol.node_specs()
     assign_hosts(specs, settings.placement, settings.hosts)

@@ -107,13 +107,13 @@ def test_a_run_writes_its_report(ray_local, tmp_path, capsys):
 def test_protocol_flags_are_typed_by_the_config_and_override_the_file(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text("dim = 8\npairs = 4\n")
-    _, _, params, _ = launch.parse(["--config", str(cfg), "--dim", "16", "--lr-user=0.5"])
+    _, _, params, _, _ = launch.parse(["--config", str(cfg), "--dim", "16", "--lr-user=0.5"])
     assert params == {"dim": 16, "pairs": 4, "lr_user": 0.5}
-    _, _, params, _ = launch.parse(
+    _, _, params, _, _ = launch.parse(
         ["--protocol", "dgrec", "--public-ratio", "0.2", "--use-bipartite", "--no-pearson"]
     )
     assert params == {"public_ratio": 0.2, "use_bipartite": True, "pearson": False}
-    _, _, params, _ = launch.parse(["--protocol", "dgrec", "--sharing", "laplace"])
+    _, _, params, _, _ = launch.parse(["--protocol", "dgrec", "--sharing", "laplace"])
     assert params == {"sharing": "laplace"}
 
 

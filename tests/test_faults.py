@@ -1,0 +1,214 @@
+"""Failure, absence and time on a real local Ray cluster: killed hosts are replaced and their nodes
+restored, offline participants are the same whatever the placement, and the simulated clock and
+the deadline follow their formula."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import ray.cloudpickle
+
+from cluster.message import node_id
+from data.synthetic import synthetic
+from nodes.conditions import LINKS, Conditions
+from nodes.deployment import Deployment, HostLostError, NodeSpec
+from nodes.node import Node
+from protocols.fedmf import FedMF, FedMFConfig
+from protocols.runner import RunSettings, resume, run
+
+sys.path.insert(0, str(Path(__file__).parent))
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+
+pytestmark = pytest.mark.ray
+
+
+def _rows(run_dir) -> list[dict]:
+    return [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def _fedmf(tmp_path, name, conditions, rounds=30, **kw):
+    settings = RunSettings(
+        protocol="fedmf",
+        rounds=rounds,
+        seed=1,
+        hosts=2,
+        out=str(tmp_path / name),
+        params={"users_per_round": 128},
+        progress=False,
+        conditions=conditions,
+        **kw,
+    )
+    return run(settings, synthetic(seed=0))
+
+
+@pytest.fixture(scope="module")
+def undisturbed(tmp_path_factory):
+    """fedmf on the synthetic world, 30 rounds, 2 user hosts (hosts 0, 1) and the server (host 2)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    return _fedmf(tmp_path_factory.mktemp("faults"), "calm", Conditions())[1]
+
+
+def test_a_killed_user_host_is_replaced_and_the_run_completes(ray_local, tmp_path, undisturbed):
+    run_dir, summary = _fedmf(tmp_path, "kill", Conditions(kill_hosts=((15, 0),)))
+    rows = _rows(run_dir)
+    assert [r["round"] for r in rows] == list(range(30))
+    (fault,) = summary["faults"]
+    assert (fault["round"], fault["host"], fault["nodes"]) == (15, 0, 150)
+    assert "snapshot of round 14" in fault["recovery"]
+    assert rows[15]["faults"] == [fault] and not any(r["faults"] for r in rows[:15] + rows[16:])
+    # the lost host's sampled users did not train or upload in round 15: fewer uploads than
+    # sampled, and every upload counted comes with a participant who reported a loss
+    upload = rows[14]["bytes_by_kind"]["item_grads"] // rows[14]["train"]["participants"]
+    assert rows[14]["train"]["participants"] == 128
+    assert rows[15]["train"]["participants"] < 128
+    assert rows[15]["bytes_by_kind"]["item_grads"] == upload * rows[15]["train"]["participants"]
+    assert rows[15]["dropped"] == 150 and rows[16]["dropped"] == 0
+    ratio = summary["metrics"]["recall@20"] / undisturbed["metrics"]["recall@20"]
+    assert abs(ratio - 1) <= 0.02, ratio
+
+
+def test_a_killed_server_host_recovers_from_its_last_snapshot(ray_local, tmp_path, undisturbed):
+    run_dir, summary = _fedmf(tmp_path, "kill-server", Conditions(kill_hosts=((15, 2),)))
+    rows = _rows(run_dir)
+    (fault,) = summary["faults"]
+    assert (fault["round"], fault["host"], fault["node_ids"]) == (15, 2, "server/0")
+    # the server was absent for round 15: nothing downloaded, nothing uploaded, no update
+    assert rows[15]["bytes"] == 0 and rows[15]["train"]["participants"] == 0
+    assert rows[16]["train"]["participants"] == 128 and len(rows) == 30
+    # restored from round 14's snapshot, the server lost rounds 14 and 15: it catches up
+    assert summary["metrics"]["recall@20"] > 0.9 * undisturbed["metrics"]["recall@20"]
+    assert summary["metrics"]["recall@20"] > 2 * summary["baselines"]["popularity"]["recall@20"]
+
+
+def test_no_message_leaves_the_lost_hosts_nodes_in_the_interrupted_round(ray_local):
+    data = synthetic(n_users=16, n_items=40, seed=2)
+    proto = FedMF(data, FedMFConfig(dim=8, users_per_round=0), seed=0)
+    dep = Deployment(
+        proto.node_specs(),
+        seed=0,
+        shared=proto.shared(),
+        hosts=2,
+        tap=True,
+        conditions=Conditions(kill_hosts=((2, 0),)),
+    )
+    try:
+        lost = {nid for nid, h in dep.route.items() if h == 0}
+        for rnd in range(4):
+            dep.begin_round(rnd)
+            proto.run_round(dep, rnd)
+        senders = {rnd: {m.src for m in dep.tapped if m.round == rnd} for rnd in range(4)}
+        assert len(dep.faults) == 1 and dep.faults[0]["host"] == 0
+        assert lost <= senders[1] and lost <= senders[3]  # before and after: they took part
+        assert not lost & senders[2]
+        # only in the superstep that found the host dead did others address it (they ran at the
+        # same time); after that nothing is sent to the lost nodes for the rest of the round
+        to_lost = {m.phase for m in dep.tapped if m.round == 2 and m.dst in lost}
+        assert to_lost <= {dep.faults[0]["phase"]}
+    finally:
+        dep.close()
+
+
+def test_without_a_snapshot_a_fault_stops_with_one_line_and_a_resumable_checkpoint(
+    ray_local, tmp_path
+):
+    conditions = Conditions(kill_hosts=((2, 0),), snapshot_every=0)
+    with pytest.raises(HostLostError) as err:
+        _fedmf(tmp_path, "lost", conditions, rounds=4, checkpoint_every=1)
+    msg = str(err.value)
+    assert "\n" not in msg and "host 0" in msg and "round 2" in msg and "--resume" in msg
+    (run_dir,) = (tmp_path / "lost").iterdir()
+    resumed_dir, summary = resume(run_dir, 4, progress=False)
+    assert summary["rounds"] == 4 and [r["round"] for r in _rows(resumed_dir)] == [0, 1, 2, 3]
+
+
+def _fedmf_rounds(placement, hosts, rounds=4):
+    data = synthetic(n_users=12, n_items=30, seed=3)
+    proto = FedMF(data, FedMFConfig(dim=8, users_per_round=0, eval_every=1), seed=5)
+    dep = Deployment(
+        proto.node_specs(),
+        seed=5,
+        shared=proto.shared(),
+        placement=placement,
+        hosts=hosts,
+        conditions=Conditions(dropout=0.3),
+    )
+    out = []
+    try:
+        for rnd in range(rounds):
+            dep.begin_round(rnd)
+            train = proto.run_round(dep, rnd)
+            metrics = proto.evaluate(dep, rnd)
+            st = dep.round_stats()
+            out.append((st["dropped"], train, metrics, dep.ledger.by_kind(round_=rnd)))
+    finally:
+        dep.close()
+    return out
+
+
+def test_dropout_draws_the_same_participants_whatever_the_placement(ray_local):
+    packed1 = _fedmf_rounds("packed", 1)
+    assert sum(len(dropped) for dropped, *_ in packed1) >= 4  # offline users were left out
+    assert packed1 == _fedmf_rounds("packed", 3)
+    assert packed1 == _fedmf_rounds("dedicated", 1)
+
+
+# --- a hand-built three-node case for the simulated clock --------------------------------------
+SIZES = {"user/0": 1_000_000, "user/1": 3_000_000}
+PUSH = 500_000
+
+
+class Hub(Node):
+    role = "server"
+
+    def handle(self, phase, inbox):
+        if phase == "push":
+            payload = bytes(PUSH)
+            for u in SIZES:
+                self.send("push", u, payload)
+        else:
+            self.report("arrived", len(inbox))
+
+
+class Device(Node):
+    role = "user"
+
+    def handle(self, phase, inbox):
+        self.send("reply", node_id("server", 0), bytes(SIZES[self.id]))
+
+
+def _three_nodes(deadline):
+    cond = Conditions(user_speed=0.0, server_speed=0.0, deadline=deadline)
+    specs = [NodeSpec(Hub, "server/0")] + [NodeSpec(Device, u, packable=True) for u in SIZES]
+    dep = Deployment(specs, seed=0, shared={}, hosts=1, conditions=cond)
+    try:
+        dep.begin_round(0)
+        dep.superstep(0, "push", activate=["server"])
+        dep.superstep(0, "reply")
+        res = dep.superstep(0, "collect")
+        return dep.round_stats(), res.reports["arrived"], dep.ledger.by_kind(round_=0)
+    finally:
+        dep.close()
+
+
+def test_simulated_seconds_follow_the_formula_and_the_deadline_drops_the_slow_node(ray_local):
+    mob, dc = LINKS["mobile"], LINKS["datacenter"]
+    push = 2 * PUSH / dc.up + dc.latency  # the hub sends two pushes
+    user = {u: PUSH / mob.down + n / mob.up + mob.latency for u, n in SIZES.items()}
+    collect = sum(SIZES.values()) / dc.down + dc.latency
+    stats, arrived, by_kind = _three_nodes(deadline=0.0)
+    assert stats["sim_seconds"] == pytest.approx(push + max(user.values()) + collect, rel=1e-9)
+    assert arrived == [2] and stats["late"] == 0
+    assert by_kind["reply"] == sum(SIZES.values())
+
+    deadline = push + (user["user/0"] + user["user/1"]) / 2  # user/0 in time, user/1 not
+    stats, arrived, by_kind = _three_nodes(deadline=deadline)
+    assert stats["late"] == 1 and stats["late_nodes"] == ["user/1"]
+    assert arrived == [1] and by_kind["reply"] == SIZES["user/0"]  # a late reply is not counted
+    late_collect = SIZES["user/0"] / dc.down + dc.latency
+    assert stats["sim_seconds"] == pytest.approx(deadline + late_collect, rel=1e-9)
