@@ -145,7 +145,9 @@ class Deployment:
         self.tap = tap
         self.tapped: list = []
         self.faults: list[dict] = []
-        self._snapshots: list[list] = [[] for _ in range(self.n_hosts)]  # newest first, at most 2
+        self._snapshots: list[list] = [
+            [] for _ in range(self.n_hosts)
+        ]  # (round, ref), newest first
         self._absent: dict[int, int] = {}  # host -> the round its nodes lost to a fault
         self._round: int | None = None
         self._new_round_stats(None)
@@ -166,7 +168,11 @@ class Deployment:
         every = self.conditions.snapshot_every
         if every and round_ % every == 0:
             for h, host in enumerate(self.hosts):
-                self._snapshots[h] = [(round_, host.snapshot.remote())] + self._snapshots[h][:1]
+                kept = self._snapshots[h]
+                if kept:  # once the newest is complete, the ones before it are not needed
+                    done, _ = ray.wait([kept[0][1]], timeout=0)
+                    kept = kept[:1] if done else kept[:2]
+                self._snapshots[h] = [(round_, host.snapshot.remote())] + kept
 
     def kill_host(self, h: int) -> int:
         """SIGKILL host ``h``'s process, as an operator's ``kill -9`` would (a local cluster only);
