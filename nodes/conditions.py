@@ -38,6 +38,7 @@ Default figures (bytes per second, seconds):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -72,8 +73,10 @@ def _unit(*parts) -> float:
     return int.from_bytes(digest[:8], "little") / 2.0**64
 
 
-def _standard_normal(*parts) -> float:
-    u1, u2 = _unit(*parts, "a"), _unit(*parts, "b")
+@functools.lru_cache(maxsize=1 << 20)
+def _speed_normal(seed: int, nid: str) -> float:
+    """A standard normal draw fixed per (seed, node) (Box–Muller on two hashed uniforms)."""
+    u1, u2 = _unit(seed, "speed", nid, "a"), _unit(seed, "speed", nid, "b")
     return math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)
 
 
@@ -143,7 +146,7 @@ class Conditions:
     def speed(self, seed: int, nid: str) -> float:
         if role_of(nid) not in DEVICE_ROLES:
             return self.server_speed
-        return self.user_speed * math.exp(self.speed_spread * _standard_normal(seed, "speed", nid))
+        return self.user_speed * math.exp(self.speed_spread * _speed_normal(seed, nid))
 
     def link(self, nid: str) -> Link:
         return LINKS[self.user_link] if role_of(nid) in DEVICE_ROLES else LINKS["datacenter"]
