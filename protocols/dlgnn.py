@@ -11,6 +11,9 @@ mean), with two differences:
   [−δ, δ] with Laplace(λ) noise added (``sharing = "laplace"``, λ = 2δ/β by default: ε = β per
   element, as DGREC's one-bit encoder) — "DLGNN with Laplace noise".
 
+Absent peers are handled as in DGREC (protocols/dgrec/protocol.py): only reachable neighbours are
+sampled, and each member averages the gradients that reached it.
+
     python launch.py --protocol dlgnn --dataset ml-100k --rounds 100 [--sharing laplace]
 """
 

@@ -15,6 +15,13 @@ moves my copy's bias of the items it likes whatever direction its own factor poi
 3. ``merge``  each user applies the last hop's new gradients (in sender order, so the result is
               placement-independent).
 
+Absent peers (run conditions: dropout, or a host lost to a fault). A user offline in a round
+neither trains, nor sends, nor relays, nor receives. The others send and forward only to
+neighbours they can reach this round (``self.online``) and apply what arrives: each gradient that
+arrives is applied once, on its own, scaled by ``neighbour_weight``^hop, with no normalisation by
+the number of neighbours, so a missing neighbour's gradient is simply not applied and no user
+waits for one. With everyone online nothing changes.
+
 Neighbours come from data/graphs.py (the dataset's social/trust links, or same region and
 occupation). Evaluation is local: each user ranks with p_u·Q_u and reports; no traffic.
 """
@@ -119,10 +126,14 @@ class DMFUser(Node):
         self.seen.add(nonce)
         payload = wire.encode_record([wire.encode_blob(nonce), encode_rows(ids, rows.numpy())])
         for v in self.neighbours:
-            self.send("item_grads", v, payload)
+            if self.online(v):  # an offline neighbour cannot be reached this round
+                self.send("item_grads", v, payload)
         self.report("loss", g.loss[0].item())
 
     def _apply(self, inbox, hop: int, forward: bool) -> None:
+        """Apply every gradient of ``inbox`` not seen before (whatever arrived: absent neighbours'
+        gradients are missing, not waited for) and, if ``forward``, pass it on to the other
+        neighbours reachable this round."""
         s = self.shared
         for m in inbox:  # sorted by sender: the same result whatever the placement
             nonce_b, grads_b = wire.decode_record(m.payload, expect=2)
@@ -137,7 +148,7 @@ class DMFUser(Node):
             )
             if forward:
                 for v in self.neighbours:
-                    if v != m.src:
+                    if v != m.src and self.online(v):
                         self.send("item_grads", v, m.payload)
 
 

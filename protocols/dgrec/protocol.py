@@ -47,6 +47,25 @@ On a tree of diameter ≤ 2H every member holds every encoded gradient of its ne
 so user u spends privacy only for its own shares: ε = β per element, n_s·β per shared vector
 (basic composition), composed over the shares it made with privacy/accountant.py (dp_accounting).
 
+Absent peers (run conditions: dropout, or a host lost to a fault). A user offline in a round runs
+no handler and receives nothing: it is not sampled, does not train, share or forward. The others:
+
+* ``status``: a user owes its current (L_u, cnt_u) to each neighbour and sends it to those it can
+  reach (``self.online``); a neighbour that was offline gets it the next round both are online.
+* eq. 4 / Algorithm 1: a user invites only neighbours it can reach this round; p_v is normalised
+  over the reachable candidates (protocols/dgrec/sampling.py does the same with an ``online``
+  mask). An invitee lost to a fault after the draw never answers ``join``: its slot stays empty.
+* gossip (Algorithm 2) finishes with what arrives: after 2H steps each member decodes eq. 6 over the
+  k gradients it actually holds (its own and those received), ḡ = δ(e^β+1)/(e^β−1) · (1/k)·Σ b_j,
+  the unbiased estimate of the mean of those k clipped gradients (:func:`decode_held`); a
+  gradient that did not arrive is neither waited for nor counted.
+* stage 1 is enrolment: it happens once before the first training round, and every user takes
+  part in it (a device enrols when it can). A user whose stage-1 state was lost to a fault (its
+  host restored from a snapshot taken before stage 1) builds its hypergraph from what it holds
+  (its own items and the publicized items it kept) the next time it acts.
+
+With everyone online each of these does exactly what it does without run conditions.
+
 Evaluation (``eval``): every user ranks all items not in its training set with its own model
 (ŷ = MLP(e_u ‖ e_i)) and reports Recall/NDCG@K; no traffic.
 
@@ -197,6 +216,22 @@ def decode_share(payload: bytes) -> list[tuple[int, bytes]]:
     return [(int(o), f) for o, f in zip(origins, fields[1:])]
 
 
+def decode_held(held: dict[int, bytes], s: dict) -> np.ndarray:
+    """The mean of the encoded gradients a member holds at the end of the gossip (its own and those
+    that arrived), float32 [n_s]: eq. 6 for one-bit codes, δ(e^β+1)/(e^β−1) · (1/k)·Σ_j b_j with k =
+    ``len(held)``, the number actually held; the plain mean of the k vectors otherwise. Origins are
+    read in increasing order."""
+    if not held:
+        raise ValueError("no gradient to decode")
+    origins = sorted(held)
+    if s["sharing"] == "onebit":  # eq. 6
+        bits = np.stack([wire.decode_signs(held[o]) for o in origins])
+        return decode_onebit_mean(bits, s["delta"], s["beta"])
+    return np.mean(
+        np.stack([wire.decode_dense(held[o]) for o in origins]).astype(np.float64), axis=0
+    ).astype(np.float32)
+
+
 def share_message_size(k: int, n_s: int, sharing: str = "onebit") -> int:
     """Encoded bytes of one ``share`` message carrying k gradients of n_s elements."""
     one = wire.signs_size(n_s) if sharing == "onebit" else wire.dense_size((n_s,))
@@ -319,6 +354,7 @@ class DGRECUser(Node):
         self.loss_value = 0.0  # L_u of eq. 4 (latest training loss)
         self.count = 0  # cnt_u of eq. 4 (times sampled)
         self.status_dirty = False
+        self.status_owed: set[int] = set()  # neighbours that have not got the current status
         self.neighbour_status: dict[int, tuple[float, int]] = {}
         self._reset_round()
         self.last_round: dict = {}
@@ -389,6 +425,11 @@ class DGRECUser(Node):
             if ids.size and ids.max() >= s["n_items"]:
                 raise ValueError(f"{self.id}: item id {ids.max()} from {m.src} out of range")
             self.neighbour_public[src] = ids
+        self._build_graph()
+
+    def _build_graph(self) -> None:
+        """The local graph from the user's items and the publicized items it holds, and L_u."""
+        s = self.shared
         if s["model"] == "lightgcn":  # DLGNN: the ego graph u – I_u
             self.node_item_ids, self.incidence = self.train_items, None
         else:
@@ -400,6 +441,12 @@ class DGRECUser(Node):
         self.loss_value = float(loss)
         self.status_dirty = True
 
+    def _ensure_graph(self) -> None:
+        """Build the local graph if stage 1 never reached this user (its state was restored from a
+        snapshot taken before stage 1, after a fault)."""
+        if self.node_item_ids is None:
+            self._build_graph()
+
     def _loss(self):
         s = self.shared
         pos, neg = sample_pairs(self.rng, s["n_items"], self.train_items, s["pairs"])
@@ -409,12 +456,18 @@ class DGRECUser(Node):
 
     # --- stage 3: sampling (Algorithm 1) --------------------------------------------------------
     def _status(self, inbox) -> None:
+        """Send the current (L_u, cnt_u) to each neighbour that has not got it and is reachable."""
         expect_kinds(inbox, node=self.id)
+        self._ensure_graph()
         if self.status_dirty:
-            payload = encode_status(self.loss_value, self.count)
-            for v in self.neighbours:
-                self.send("status", node_id("user", int(v)), payload)
+            self.status_owed = set(self.neighbours.tolist())
             self.status_dirty = False
+        if self.status_owed:
+            payload = encode_status(self.loss_value, self.count)
+            for v in self.neighbours.tolist():
+                if v in self.status_owed and self.online(node_id("user", v)):
+                    self.send("status", node_id("user", v), payload)
+                    self.status_owed.discard(v)
 
     def _seed(self, inbox) -> None:
         expect_kinds(inbox, "status", node=self.id)
@@ -433,8 +486,16 @@ class DGRECUser(Node):
             self._invite(hop + 1)
 
     def _invite(self, hop: int) -> None:
-        """Eq. 4 over this user's neighbours other than its parent; invitations carry the hop."""
-        candidates = np.array([v for v in self.neighbours if v != self.parent], dtype=np.int64)
+        """Eq. 4 over this user's neighbours other than its parent that it can reach this round;
+        invitations carry the hop."""
+        candidates = np.array(
+            [
+                v
+                for v in self.neighbours.tolist()
+                if v != self.parent and self.online(node_id("user", v))
+            ],
+            dtype=np.int64,
+        )
         if candidates.size == 0:
             return
         status = [self.neighbour_status.get(int(v), (0.0, 0)) for v in candidates]
@@ -540,14 +601,7 @@ class DGRECUser(Node):
             return
         s = self.shared
         origins = sorted(self.held)
-        if s["sharing"] == "onebit":  # eq. 6
-            bits = np.stack([wire.decode_signs(self.held[o]) for o in origins])
-            mean = decode_onebit_mean(bits, s["delta"], s["beta"])
-        else:
-            mean = np.mean(
-                np.stack([wire.decode_dense(self.held[o]) for o in origins]).astype(np.float64),
-                axis=0,
-            ).astype(np.float32)
+        mean = decode_held(self.held, s)  # over the gradients that arrived (module docstring)
         with torch.no_grad():
             theta = parameters_to_vector(self.shared_params)
             load_vector(theta - s["lr"] * torch.from_numpy(mean), self.shared_params)
@@ -570,6 +624,7 @@ class DGRECUser(Node):
         expect_kinds(inbox, node=self.id)
         if not len(self.test_items):
             return
+        self._ensure_graph()
         k = self.shared["eval_k"]
         with torch.no_grad():
             e_u = self.model(self.node_item_ids, self.incidence)
@@ -611,6 +666,8 @@ class DGRECUser(Node):
         judged = [n for n in nodes if len(n.test_items)]
         if not judged:
             return
+        for n in judged:
+            n._ensure_graph()
         s, model = judged[0].shared, judged[0].model
         k = s["eval_k"]
         for start in range(0, len(judged), chunk):
@@ -693,8 +750,10 @@ class DGREC(Protocol):
 
     # --- one round ---------------------------------------------------------------------------
     def stage1(self, dep: Deployment, round_: int) -> None:
-        dep.superstep(round_, "publicize", activate=["user"])
-        dep.superstep(round_, "setup", activate=["user"])
+        """Stage 1, once: enrolment, before the participants go about their training rounds, so
+        every user takes part whatever its availability in round ``round_`` (module docstring)."""
+        dep.superstep(round_, "publicize", activate=["user"], availability=False)
+        dep.superstep(round_, "setup", activate=["user"], availability=False)
         self._stage1_done = True
 
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:

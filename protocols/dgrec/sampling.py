@@ -16,7 +16,9 @@ at most once, at its first hop). The result is a tree of depth ≤ H rooted at t
 ≤ n_u, so it holds at most Σ_{h=0}^{H} n_u^h users and its diameter is ≤ 2H. Neighbours whose
 weight is zero (zero loss) are never sampled, unless every candidate weighs zero, in which case
 the choice is uniform. ``counts`` is read, not updated: the caller increments cnt of the users it
-sampled.
+sampled. Only reachable users are candidates: with an ``online`` mask, a user offline this round is
+never sampled (eq. 4 is normalised over the reachable candidates); when everyone is online the
+draws are exactly those made without a mask.
 
 Algorithm 2 (gossip) — duplicate-suppressing flooding along the sampled edges: at step 1 every user
 sends its own encoded gradient to each of its sampled neighbours; at step t > 1 it forwards every
@@ -84,11 +86,13 @@ def sample_neighbourhood(
     losses: np.ndarray,
     counts: np.ndarray,
     rng: np.random.Generator,
+    online: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Algorithm 1: sample the seed's H-hop neighbourhood tree (reading in the module docstring).
 
     ``adjacency``: the inter-user graph, a CSR matrix [n_users, n_users] or a list of neighbour-id
-    arrays; ``losses``/``counts``: float/int arrays [n_users] (L_v and cnt_v of eq. 4).
+    arrays; ``losses``/``counts``: float/int arrays [n_users] (L_v and cnt_v of eq. 4);
+    ``online``: bool [n_users], who is reachable this round (None: everyone); the seed must be.
     Returns ``nodes`` int64 [N] (global ids, seed first, then by hop) and ``edges`` int64
     [N − 1, 2] of (parent, child) global ids, in sampling order."""
     if isinstance(adjacency, sp.spmatrix | sp.sparray):
@@ -108,6 +112,12 @@ def sample_neighbourhood(
         raise ValueError(f"seed user {seed_user} outside 0..{n_users - 1}")
     if int(hops) < 1 or int(n_u) < 1:
         raise ValueError(f"hops and n_u must be ≥ 1, got hops={hops}, n_u={n_u}")
+    if online is not None:
+        online = np.asarray(online, dtype=bool)
+        if online.shape != (n_users,):
+            raise ValueError(f"online needs one entry per user ({n_users}), got {online.shape}")
+        if not online[int(seed_user)]:
+            raise ValueError(f"seed user {seed_user} is offline")
 
     nodes: list[int] = [int(seed_user)]
     members = {int(seed_user)}
@@ -119,7 +129,8 @@ def sample_neighbourhood(
             nbrs = np.unique(_neighbours_of(adjacency, parent))
             if nbrs.size and (nbrs[0] < 0 or nbrs[-1] >= n_users):
                 raise ValueError(f"user {parent} has a neighbour id outside 0..{n_users - 1}")
-            candidates = nbrs[[int(v) not in members for v in nbrs]] if nbrs.size else nbrs
+            keep = [int(v) not in members and (online is None or online[v]) for v in nbrs]
+            candidates = nbrs[keep] if nbrs.size else nbrs
             if candidates.size == 0:
                 continue
             p = neighbour_probabilities(losses[candidates], counts[candidates])
