@@ -331,6 +331,7 @@ def _hypergraphs(users: list[DGRECUser]) -> HypergraphBatch:
 # ------------------------------------------------------------------------------ the user
 class DGRECUser(Node):
     role = "user"
+    status_owed: frozenset | set = frozenset()  # (a user from a checkpoint that predates it)
 
     def __init__(self, nid: str, ctx: NodeContext, train_items, test_items, neighbours):
         super().__init__(nid, ctx)
