@@ -10,6 +10,7 @@ PROTOCOLS: dict[str, str] = {
     "dgrec": "protocols.dgrec.protocol:DGREC",
     "dlgnn": "protocols.dlgnn:DLGNN",
     "ping": "protocols.ping:Ping",
+    "echo": "protocols.echo:Echo",
     "fedpergnn": "protocols.fedpergnn:FedPerGNN",
     "fedlightgcn": "protocols.fedpergnn:FedLightGCN",
     "dipsgnn": "protocols.dipsgnn:DIPSGNNProtocol",
