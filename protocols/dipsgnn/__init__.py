@@ -17,18 +17,26 @@ Round 0, ``upload`` (user): before anything leaves the device the user perturbs 
     (Alg. 1) for numeric, optimized unary encoding (Alg. 2) for categorical, each with ε1/k and
     scaled by n/k; unsampled features are zeros) and sends the perturbed vector (``features``,
     dense fp32) and its TRAINING sequence s[:n_tr] (``sequence``, ids). The held-out items stay.
-Every round, ``train`` (server): in round 0 it stores the uploads and builds the training
-    prefixes s[:j] → s[j], j = 1..n_tr-1; then one epoch of Algorithm 4 over all of them:
+Every round, ``train`` (server): it stores the uploads that arrived (all of them in round 0
+    when everyone is online) and builds their training prefixes s[:j] → s[j], j = 1..n_tr-1;
+    then one epoch of Algorithm 4 over all of them:
     behaviour graphs with capped counts (eq. 4), user embedding from the perturbed features
     (eq. 5), rows normalized to norm C (eq. 6), N(0, σ²) added to A_in·H̄ and A_out·H̄ (eq. 7),
     linear maps (eq. 8), GRU (eq. 9), T steps, readout (eqs. 10–11), softmax cross-entropy
     (eqs. 12–13), Adam.
+Absent users (run conditions): a user offline in round 0 does not upload then; the driver asks
+    every user whose data the curator does not hold yet to upload in each later round (``upload``
+    again, for those users only), so a user's data joins the training set in the first round it
+    is online, and its prefixes are appended (the example ids of the others, which key EdgeRand's
+    noise, do not move). A device perturbs its features once and sends the same vector again if
+    it has to, so a retry releases nothing new. With fewer users held than ``min_participants``
+    the server skips the epoch (``skipped``).
 Evaluation: ``eval_context`` (user) sends the held-out items it needs as context,
     s[n_tr:L-1] (never its last item); ``eval_rank`` (server) ranks all items for each test
     prefix s[:j], j = n_tr..L-1, without noise and sends the top-K lists (``topk``, ids);
     ``eval`` (user) compares them with its own held-out targets s[j] and reports Recall@K and
     MRR@K, K = 5, 10, 20, one value per test position (the run's figure is the mean over all
-    test positions, as in SR-GNN).
+    test positions, as in SR-GNN). Users whose data the curator does not hold get no ranking.
 
 Privacy (edge-level central DP for the graph, ε1-LDP for the features). σ is a standard
 deviation, calibrated with dp-accounting (privacy/calibration.py) for the real release pattern
@@ -38,6 +46,13 @@ contains it, in at most train_length(max_len) - 2 prefixes, every epoch:
 n = (⌊0.8·max_len⌋ - 2)·T·epochs. The noisy aggregates are the only place the graph enters the
 forward pass; as in the paper, the analysis covers those releases (the gradient's backward pass
 through A·H̄ is not separately accounted — the paper's argument, not a rigorous bound for it).
+
+Only releases that happened are counted, per user: a user's features cost ε1 once, if and when
+it uploaded (a user who never came online spent nothing); its edges are released in the epochs
+the curator trained while holding its sequence (not before its upload, not in skipped rounds):
+releases_u = max(0, n_tr(u) - 2)·T·epochs_u (EdgeRand: min(epochs_u, 1)), DP-SGD steps_u =
+epochs_u·⌈n/b⌉. ``user_privacy(u)`` gives one user's figures; ``privacy()`` the worst user's,
+which is the run's (ε2, δ) guarantee.
 
 Baselines with the same network (config): ``private_graph=false`` (σ = 0) with
 ``private_features=false`` is the non-private network with clean features (APGNN-style, ε = ∞);
@@ -185,6 +200,7 @@ class DIPSGNNUser(Node):
         self.sequence = np.asarray(sequence, dtype=np.int64)  # chronological, private
         self.features = dict(features)  # private: name -> value
         self.n_train = max(train_length(len(self.sequence), s["train_fraction"]), 1)
+        self.perturbed: np.ndarray | None = None  # Algorithm 3's output, drawn once
 
     def clean_features(self) -> np.ndarray:
         s = self.shared
@@ -197,19 +213,22 @@ class DIPSGNNUser(Node):
         if phase == "upload":
             expect_kinds(inbox, node=self.id)
             if s["use_features"]:
-                if s["private_features"]:  # Algorithm 3, on the device
-                    x = perturb_user_features(
-                        self.features,
-                        s["feature_kinds"],
-                        s["feature_cardinality"],
-                        s["public_ranges"],
-                        s["eps1"],
-                        self.rng,
-                    )
+                if s["private_features"]:  # Algorithm 3, on the device, once: a retry resends
+                    if self.perturbed is None:  # the same vector and releases nothing new
+                        self.perturbed = perturb_user_features(
+                            self.features,
+                            s["feature_kinds"],
+                            s["feature_cardinality"],
+                            s["public_ranges"],
+                            s["eps1"],
+                            self.rng,
+                        )
+                    x = self.perturbed
                 else:
                     x = self.clean_features()
                 self.send("features", SERVER, wire.encode_dense(x))
             self.send("sequence", SERVER, wire.encode_ids(self.sequence[: self.n_train]))
+            self.report("uploaded", float(index_of(self.id)))  # for the privacy accounting
         elif phase == "eval_context":
             expect_kinds(inbox, node=self.id)
             # the held-out items that later test positions condition on; never the last item
@@ -269,38 +288,59 @@ class DIPSGNNServer(Node):
         self.train_seqs: list[np.ndarray] | None = None
         self.features: torch.Tensor | None = None
         self.examples: PrefixExamples | None = None
+        self.held = np.zeros(len(self.users), dtype=bool)  # rows whose upload arrived
+        self.epochs_by_row = np.zeros(len(self.users), dtype=np.int64)  # epochs with it held
         self.epochs_done = 0
 
     def _receive_uploads(self, inbox) -> None:
+        """Store the uploads of users not held yet and append their training prefixes (a
+        second upload of a held user is ignored: its examples keep their ids)."""
         s = self.shared
-        expect_kinds(inbox, "features", "sequence", node=self.id)
-        seqs = [np.zeros(0, dtype=np.int64)] * len(self.users)
-        feats = np.zeros((len(self.users), max(s["n_feature_slots"], 1)), dtype=np.float32)
+        n = len(self.users)
+        if self.train_seqs is None:
+            self.train_seqs = [np.zeros(0, dtype=np.int64)] * n
+            self.feats = np.zeros((n, max(s["n_feature_slots"], 1)), dtype=np.float32)
+        new = [np.zeros(0, dtype=np.int64)] * n
+        arrived = np.zeros(n, dtype=bool)
         for m in inbox:
             row = self.row_of[index_of(m.src)]
+            if self.held[row]:
+                continue
             if m.kind == "sequence":
                 seq = wire.decode_ids(m.payload)
                 if seq.size and seq.max() >= s["n_items"]:
                     raise wire.WireError(f"sequence from {m.src}: item id out of range")
-                seqs[row] = seq
+                new[row] = seq
+                arrived[row] = True
             else:
                 x = wire.decode_dense(m.payload)
                 if x.shape != (s["n_feature_slots"],):
                     raise wire.WireError(f"features from {m.src}: shape {x.shape}")
-                feats[row] = x
-        self.train_seqs = seqs
+                self.feats[row] = x
+        for row in np.flatnonzero(arrived):
+            self.train_seqs[row] = new[row]
+        self.held |= arrived
         # the uploaded part is all training data: every prefix s[:j] → s[j], j = 1..n_tr-1
-        examples, _ = training_prefixes(seqs, train_fraction=1.0)
-        self.examples = examples  # examples.user is the server's row index of the user
-        self.features = torch.from_numpy(feats).to(self.device) if s["use_features"] else None
+        examples, _ = training_prefixes(new, train_fraction=1.0)
+        if self.examples is None:
+            self.examples = examples  # examples.user is the server's row index of the user
+        elif len(examples):  # appended: earlier examples keep their ids
+            self.examples = PrefixExamples(
+                user=np.concatenate([self.examples.user, examples.user]),
+                prefixes=self.examples.prefixes + examples.prefixes,
+                target=np.concatenate([self.examples.target, examples.target]),
+            )
+        self.features = torch.from_numpy(self.feats).to(self.device) if s["use_features"] else None
 
     def handle(self, phase: str, inbox) -> None:
         s = self.shared
         if phase == "train":
-            if self.train_seqs is None:
+            expect_kinds(inbox, "features", "sequence", node=self.id)
+            if inbox:
                 self._receive_uploads(inbox)
-            else:
-                expect_kinds(inbox, node=self.id)
+            if self.held.sum() < max(1, self.min_participants):  # run condition: too few users
+                self.report("skipped", 1.0)
+                return
             if self.epochs_done >= s["epochs"]:
                 raise RuntimeError(
                     f"epochs: σ was calibrated for {s['epochs']} epochs; a further epoch would "
@@ -323,6 +363,7 @@ class DIPSGNNServer(Node):
             else:
                 loss = self._train_epoch()
             self.epochs_done += 1
+            self.epochs_by_row[self.held] += 1  # this epoch released the held users' edges
             self.report("loss", loss)
             self.report("examples", float(len(self.examples)))
         elif phase == "eval_rank":
@@ -330,6 +371,8 @@ class DIPSGNNServer(Node):
             prefixes, rows, owners = [], [], []
             for m in inbox:
                 row = self.row_of[index_of(m.src)]
+                if not self.held[row]:  # no training data of this user: nothing to rank with
+                    continue
                 context = wire.decode_ids(m.payload)
                 full = np.concatenate([self.train_seqs[row], context])
                 start = len(self.train_seqs[row])
@@ -337,6 +380,8 @@ class DIPSGNNServer(Node):
                     prefixes.append(full[:j])
                     rows.append(row)
                 owners.append((m.src, len(full) + 1 - start))
+            if not prefixes:
+                return
             k = max(max(KS), s["eval_k"])
             top = rank_prefixes(
                 self.model,
@@ -367,6 +412,14 @@ class DIPSGNNServer(Node):
             noise=self.noise,
             edgerand=(self.sigma, self.edgerand_seed) if self.edgerand else None,
         )
+
+    def get_accounting(self) -> dict:
+        """What the curator's accountant needs: whose data it holds and for how many epochs."""
+        return {
+            "held": self.held.copy(),
+            "epochs_by_row": self.epochs_by_row.copy(),
+            "epochs_done": self.epochs_done,
+        }
 
     # inspection (tests)
     def get_state(self) -> dict:
@@ -424,7 +477,19 @@ class DIPSGNNProtocol(Protocol):
         self.sigma = noise_sigma(c)
         self.sensitivity = graph_sensitivity(c)
         self.n_releases_bound = calibrated_releases(c)
-        self.epochs_done = 0
+        self.epochs_done = 0  # epochs the curator trained
+        # per user (row of self.users): the round it sent its upload (-1: not yet), whether the
+        # curator holds its data, the epochs trained while it did; for releases_u (docstring)
+        self.uploaded_round = np.full(len(self.users), -1, dtype=np.int64)
+        self.held = np.zeros(len(self.users), dtype=bool)
+        self.user_epochs = np.zeros(len(self.users), dtype=np.int64)
+        self.edge_prefixes = np.array(
+            [
+                max(0, train_length(len(self.sequences[u]), c.train_fraction) - 2)
+                for u in self.users
+            ],
+            dtype=np.int64,
+        )  # the most prefixes one edge of the user's sequence is in (releases_per_edge)
         self.dpsgd_noise_multiplier = 0.0  # z of DP-SGD (mechanism "dpsgd")
         self.dpsgd_steps_per_epoch = 0
         if c.mechanism == "dpsgd":
@@ -494,13 +559,30 @@ class DIPSGNNProtocol(Protocol):
         return specs
 
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:
-        if round_ == 0:
-            dep.superstep(round_, "upload", activate=["user"])
+        # every user whose data the curator does not hold yet uploads (offline ones cannot)
+        pending = self.users[~self.held]
+        uploads = 0
+        if len(pending):
+            who = (
+                ["user"]
+                if len(pending) == len(self.users)
+                else [node_id("user", int(u)) for u in pending]
+            )
+            up = dep.superstep(round_, "upload", activate=who)
+            sent = np.searchsorted(self.users, np.array(up.reports.get("uploaded", []), np.int64))
+            first = sent[self.uploaded_round[sent] < 0]
+            self.uploaded_round[first] = round_
+            uploads = len(sent)
         res = dep.superstep(round_, "train", activate=[SERVER])
-        self.epochs_done += 1
+        acc = dep.call(SERVER, "get_accounting")
+        self.held = acc["held"]
+        self.user_epochs = acc["epochs_by_row"]
+        self.epochs_done = acc["epochs_done"]
         return {
             "loss": mean_report(res.reports, "loss"),
             "examples": mean_report(res.reports, "examples"),
+            "uploads": uploads,
+            "skipped": len(res.reports.get("skipped", [])),
         }
 
     def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:
@@ -509,17 +591,67 @@ class DIPSGNNProtocol(Protocol):
         res = dep.superstep(round_, "eval")
         return {name: mean_report(res.reports, name) for name in sorted(res.reports)}
 
+    def user_releases(self) -> np.ndarray:
+        """Per user: releases of its most-released edge so far (the epochs the curator trained
+        while holding its sequence; EdgeRand releases each prefix graph once)."""
+        epochs = self.user_epochs
+        if self.config.mechanism == "edgerand":
+            return self.edge_prefixes * np.minimum(epochs, 1)
+        return self.edge_prefixes * self.config.steps * epochs
+
     def releases_spent(self) -> int:
-        """Releases of the most-released edge so far, counted from the real sequences."""
+        """Releases of the most-released edge so far, over the users whose data was trained on."""
+        return int(self.user_releases().max(initial=0))
+
+    def user_privacy(self, u: int) -> dict:
+        """What user ``u`` (a dataset user id) has spent so far: ε1 of its features if it
+        uploaded them, and the (ε2, δ) of the releases of its edges (or of the DP-SGD steps
+        taken while the curator held its sequence)."""
         c = self.config
-        seqs = [self.sequences[u] for u in self.users]
-        if c.mechanism == "edgerand":
-            return releases_per_edge(seqs, min(self.epochs_done, 1), 1, c.train_fraction)
-        return releases_per_edge(seqs, self.epochs_done, c.steps, c.train_fraction)
+        row = int(np.searchsorted(self.users, u))
+        if row >= len(self.users) or self.users[row] != u:
+            raise ValueError(f"user {u} does not take part (it needs two items)")
+        out = {
+            "uploaded_round": int(self.uploaded_round[row]),
+            "epochs": int(self.user_epochs[row]),
+            "delta": c.delta,
+        }
+        if c.use_features and c.private_features:
+            out["epsilon1_features"] = c.eps1 if self.uploaded_round[row] >= 0 else 0.0
+        if c.mechanism == "dpsgd":
+            steps = int(self.user_epochs[row]) * self.dpsgd_steps_per_epoch
+            out["steps"] = steps
+            if not c.private_graph:
+                out["epsilon2"] = float("inf") if steps else 0.0
+            else:
+                out["epsilon2"] = dpsgd_epsilon(
+                    self.dpsgd_noise_multiplier,
+                    len(self.users),
+                    c.dpsgd_batch_users,
+                    steps,
+                    c.delta,
+                )
+            return out
+        releases = int(self.user_releases()[row])
+        out["releases_per_edge"] = releases
+        if not c.private_graph:
+            out["epsilon2"] = float("inf") if releases else 0.0
+        else:
+            out["epsilon2"] = spent_epsilon(
+                self.sigma, self.sensitivity, releases, c.delta, c.accountant
+            )
+        return out
+
+    def _epsilon1(self):
+        c = self.config
+        if not (c.use_features and c.private_features):
+            return None
+        return c.eps1 if (self.uploaded_round >= 0).any() else 0.0
 
     def dpsgd_privacy(self) -> dict:
         c = self.config
-        steps = self.epochs_done * self.dpsgd_steps_per_epoch
+        # the most steps any user's sequence was in the curator's data for
+        steps = int(self.user_epochs.max(initial=0)) * self.dpsgd_steps_per_epoch
         z = self.dpsgd_noise_multiplier
         n = len(self.users)
         if not c.private_graph:
@@ -539,7 +671,9 @@ class DIPSGNNProtocol(Protocol):
             "steps_calibrated": c.epochs * self.dpsgd_steps_per_epoch,
             "steps_spent": steps,
             "epsilon2_budget": c.eps2 if c.private_graph else float("inf"),
-            "epsilon1_features": c.eps1 if (c.use_features and c.private_features) else None,
+            "epsilon1_features": self._epsilon1(),
+            "users_uploaded": int((self.uploaded_round >= 0).sum()),
+            "users_held": int(self.held.sum()),
             "epsilon": eps,
             "epsilon2_spent": eps,
         }
@@ -558,7 +692,9 @@ class DIPSGNNProtocol(Protocol):
             "releases_per_edge_calibrated": self.n_releases_bound,
             "releases_per_edge_spent": spent,
             "epsilon2_budget": c.eps2 if c.private_graph else float("inf"),
-            "epsilon1_features": c.eps1 if (c.use_features and c.private_features) else None,
+            "epsilon1_features": self._epsilon1(),
+            "users_uploaded": int((self.uploaded_round >= 0).sum()),
+            "users_held": int(self.held.sum()),
             "accountant": c.accountant,
             "mechanism": c.mechanism,
         }

@@ -16,29 +16,38 @@ Round 0 first aligns the users (step 1, protocols/verfedgnn/psi.py) when ``psi``
                the rank of a common token is the aligned user index 0..N−1.
 ``psi_align``  parties re-index their ratings by aligned user and build their local model.
 
+The alignment is a set-up between organisations and waits for every party (exempt from the
+run's availability model, see ``align``).
+
 Every round (one iteration t of Algorithm 1):
 
-``download``    server samples S = max(1, round(αP)) parties (partial participation), draws the
-                seed of Φ and sends each participant a record: [seed, participant ids, θ (dense
-                fp32)].
+``download``    server samples A_t: S = max(1, round(αP)) parties (partial participation) drawn
+                uniformly among the parties it can reach this round (fewer if fewer are
+                online: an offline party is not in A_t), draws the seed of Φ and sends each
+                participant a record: [seed, participant ids, θ (dense fp32)].
 ``exchange{j}`` each participant computes its N×D neighbour aggregations X_p^k (GCN eqs. 12–13,
                 GAT eqs. 14–15, GGNN eq. 16; models/rating_gnn) for the layers of exchange step j
                 and sends Y_p^k = Φ X_p^k (Φ q×N, entries N(0, 1/q), q = N/5; privacy/projection.py)
                 to every other participant as one dense [L_j, q, D] tensor; each receiver
-                reconstructs Σ_{q≠p} X̂_q^k = Φᵀ Σ_{q≠p} Y_q^k. Layers are grouped into as few
+                reconstructs Σ_{q≠p} X̂_q^k = Φᵀ Σ_{q≠p} Y_q^k over the tensors that arrived
+                (a participant lost to a fault sends none). Layers are grouped into as few
                 steps as the dependencies allow (``exchange_schedule``): for GCN/GGNN X^k needs
                 e_v^{k−1}, which needs the complete e_u^{k−2}, so K = 2 takes one step; for GAT
                 the attention in X^k needs the complete e_u^{k−1}, so every layer takes a step.
 ``train``       each participant runs the K layers with the reconstructed aggregates (scaled by
-                M / Σ_{q∈S} M_q under partial participation), computes the loss on a minibatch of
-                its own ratings, r̂ = h_uᵀh_v, h = Σ_k a_k e^k (eq. 5), updates its private item
-                embeddings locally (Adagrad), clips the gradient of θ to [−B, B] and quantizes it
-                (ternary, eqs. 19–20; or Laplace noise, Appendix J.2) and sends it to the server.
-``aggregate``   server: eq. 21 estimate (P/S)·Σ_{p∈S} g_p of the all-party gradient, plus the
-                L2 term of the user embeddings, and an Adagrad step on θ.
+                M / Σ_{q∈S} M_q under partial participation, S: itself and the participants whose
+                aggregates arrived), computes the loss on a minibatch of its own ratings,
+                r̂ = h_uᵀh_v, h = Σ_k a_k e^k (eq. 5), updates its private item embeddings
+                locally (Adagrad), clips the gradient of θ to [−B, B] and quantizes it (ternary,
+                eqs. 19–20; or Laplace noise, Appendix J.2) and sends it to the server.
+``aggregate``   server: eq. 21 estimate (P/S)·Σ_{p∈S} g_p of the all-party gradient over the S
+                gradients that arrived, plus the L2 term of the user embeddings, and an Adagrad
+                step on θ; with fewer than ``min_participants`` (run condition) it skips the
+                update (``skipped``). The privacy accounting counts the gradients the parties
+                really sent.
 
 Evaluation (``eval_download``, ``eval_exchange{j}``, ``eval``) runs the same forward pass with
-every party and reports the squared errors of each party's held-out ratings (clamped to the
+every aligned party (evaluation ignores availability) and reports the squared errors of each party's held-out ratings (clamped to the
 rating range): RMSE on validation and test. Its traffic is ledgered apart (eval phases).
 
 De-anonymization attack (§4.1, §6.2.3, Appendix I; ``attack = true``): party ``attack_party``
@@ -96,6 +105,7 @@ from protocols.verfedgnn.roles import (  # noqa: F401 - re-exported (tests, benc
 )
 
 MECHANISMS = ("ternary", "laplace", "none")
+PSI_PHASES = ("psi_key", "psi_blind", "psi_sign", "psi_tokens", "psi_match", "psi_align")
 
 
 @dataclasses.dataclass
@@ -254,13 +264,29 @@ class VerFedGNN(Protocol):
         return specs
 
     def align(self, dep: Deployment, round_: int) -> None:
-        """Step 1: OPRF-PSI user alignment (round 0)."""
-        dep.superstep(round_, "psi_key", activate=[KEY_SERVER])
-        dep.superstep(round_, "psi_blind")
-        dep.superstep(round_, "psi_sign")
-        dep.superstep(round_, "psi_tokens")
-        dep.superstep(round_, "psi_match")
-        dep.superstep(round_, "psi_align")
+        """Step 1: OPRF-PSI user alignment (round 0).
+
+        Exempt from availability (``availability=False``): the alignment is a set-up between the
+        organisations, done once before the first iteration (Algorithm 1, step 1). The parties
+        are organisations' servers that agree to federate, and iterations cannot start until
+        every one of them has aligned, so the set-up waits for all of them; the run condition's
+        per-round absence of a party concerns the iterations (A_t, eq. 21), not the set-up."""
+        for phase in PSI_PHASES:
+            dep.superstep(
+                round_,
+                phase,
+                activate=[KEY_SERVER] if phase == "psi_key" else (),
+                availability=False,
+            )
+
+    def rejoin(self, dep: Deployment, round_: int, parties: list[int]) -> None:
+        """The PSI again for ``parties``, which lost their alignment (a host restored from a
+        snapshot taken before the set-up); they asked in this round's ``train``, so they are
+        online, and the server maps them onto the set-up's common tokens. Subject to
+        availability like any step of a round: a party lost again asks again next round."""
+        dep.superstep(round_, "psi_request", activate=[node_id("party", p) for p in parties])
+        for phase in PSI_PHASES:
+            dep.superstep(round_, phase)
 
     def _forward(self, dep: Deployment, round_: int, prefix: str) -> None:
         dep.superstep(round_, f"{prefix}download", activate=[SERVER])
@@ -273,14 +299,19 @@ class VerFedGNN(Protocol):
         if self.n_public is None:
             self.n_public = int(dep.call(SERVER, "get_theta").shape[0])
         self._forward(dep, round_, "")
-        chosen = dep.call(SERVER, "get_last_participants")
-        self.participation_counts[chosen] += 1
         res = dep.superstep(round_, "train", activate=["party"])
-        dep.superstep(round_, "aggregate")
+        agg = dep.superstep(round_, "aggregate", activate=[SERVER])
+        # releases that happened: the parties of A_t that were there to send their gradient
+        released = np.array(sorted(int(p) for p in res.reports.get("released", [])), np.int64)
+        self.participation_counts[released] += 1
+        lost = sorted(int(p) for p in res.reports.get("needs_alignment", []))
+        if lost and self.config.psi:
+            self.rejoin(dep, round_, lost)
         return {
             "loss": mean_report(res.reports, "loss"),
-            "participants": len(chosen),
+            "participants": len(released),
             "exchange_steps": len(self.schedule),
+            "skipped": len(agg.reports.get("skipped", [])),
         }
 
     def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:
@@ -318,7 +349,8 @@ class VerFedGNN(Protocol):
         )
 
     def privacy(self) -> dict:
-        """Per release and composed over a party's releases: the rigorous bound (neighbouring
+        """Per release and composed over a party's releases (the gradients it really sent: a
+        party absent from a round releases nothing): the rigorous bound (neighbouring
         = one rating of a party changed, which can move every coordinate of the clipped
         gradient: Δ₁ = 2B·|θ|) beside the paper's per-coordinate (0, 1/r)."""
         c = self.config

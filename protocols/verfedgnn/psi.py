@@ -82,3 +82,12 @@ def intersect_positions(token_lists: list[list[bytes]]) -> list[np.ndarray]:
         where = {t: i for i, t in enumerate(toks)}
         out.append(np.array([where[t] for t in order], dtype=np.int64))
     return out
+
+
+def common_positions(tokens: list[bytes], common: list[bytes]) -> np.ndarray | None:
+    """Positions of the ``common`` tokens (in their order) in one party's sorted token list, or
+    None if one is missing: how a party that lost its alignment rejoins the set-up's index."""
+    where = {t: i for i, t in enumerate(tokens)}
+    if any(t not in where for t in common):
+        return None
+    return np.array([where[t] for t in common], dtype=np.int64)

@@ -6,19 +6,34 @@ Node ids: ``party/p``, ``server/0``, ``key_server/0``. Phases, driven by
 ==================  ==========  ===============================================================
 phase               who acts    what it does
 ==================  ==========  ===============================================================
-psi_key             key server  its RSA public key → parties                   (step 1, PSI)
+psi_request         parties     (a rejoin only) a party that lost its alignment asks for it again
+psi_key             key server  its RSA public key → parties (all at set-up; the askers at a rejoin)
 psi_blind           parties     blinded hashes of their user ids → key server
 psi_sign            key server  blind signatures → back to each party
 psi_tokens          parties     sorted OPRF tokens → server
 psi_match           server      positions of the common tokens → each party
 psi_align           parties     re-index ratings by aligned user, build the local model
-download            server      samples S parties, draws Φ's seed, sends [seed, S, θ]  (step 2)
+download            server      samples A_t (S of the aligned parties it can reach), draws Φ's
+                                seed, sends [seed, A_t, θ]                         (step 2)
 exchange{j}         parties     Y_p^k = Φ X_p^k for the layers of step j → other participants
-train               parties     K layers with Φᵀ Σ Y, loss (eq. 5), local item step, clipped +
-                                ternary/Laplace gradient of θ → server             (step 3)
-aggregate           server      eq. 21 estimate, L2 of user embeddings, Adagrad on θ
+train               parties     K layers with Φᵀ Σ Y over the aggregates that arrived, loss
+                                (eq. 5), local item step, clipped + ternary/Laplace gradient of
+                                θ → server                                         (step 3)
+aggregate           server      eq. 21 estimate over the gradients that arrived, L2 of user
+                                embeddings, Adagrad on θ
 eval_*              all         the same forward pass with every party; squared errors
 ==================  ==========  ===============================================================
+
+Absent participants (run conditions: a party offline in a round, or lost with its host): the
+server draws A_t among the parties it can reach, so an offline party is not in A_t and nobody
+sends to it or waits for it. A receiver sums the projected aggregates that arrived and scales by
+M / Σ M_q over itself and the senders it heard from in every exchange step so far (a sender
+missing in a later step is left out of the earlier ones too, so every layer sees the same
+parties); the server applies eq. 21 to the gradients that arrived and skips its update below
+``min_participants``. A party whose alignment was lost (restored from a snapshot taken before
+the set-up) says so in ``train`` and the driver runs the PSI again for it (``psi_request``):
+the server answers with the positions of the set-up's common tokens, so the aligned index is
+unchanged for everyone.
 
 With the de-anonymization attack switched on, the attacking party keeps the victim's
 projected aggregate of the first layer apart (``get_deanonymization``, §4.1).
@@ -113,10 +128,14 @@ class VerFedGNNKeyServer(Node):
 
     def handle(self, phase: str, inbox) -> None:
         if phase == "psi_key":
-            expect_kinds(inbox, node=self.id)
+            expect_kinds(inbox, "psi_rejoin", node=self.id)
             payload = wire.encode_bigints([self.public.n, self.public.e])
-            for p in range(self.shared["parties"]):
-                self.send("psi_public_key", node_id("party", p), payload)
+            if inbox:  # a rejoin: the parties that asked
+                targets = [m.src for m in inbox]
+            else:  # the set-up: every party
+                targets = [node_id("party", p) for p in range(self.shared["parties"])]
+            for dst in targets:
+                self.send("psi_public_key", dst, payload)
         elif phase == "psi_sign":
             expect_kinds(inbox, "psi_blinded", node=self.id)
             for m in inbox:
@@ -134,7 +153,11 @@ class VerFedGNNServer(Node):
         self.theta: torch.nn.Parameter | None = None
         self.n_users = 0
         self.last_participants: list[int] = []
-        if not ctx.shared["psi"]:
+        self.psi_common: list[bytes] | None = None  # the set-up's common tokens, sorted
+        if ctx.shared["psi"]:
+            self.aligned: set[int] = set()  # parties whose tokens the server matched
+        else:
+            self.aligned = set(range(ctx.shared["parties"]))
             self._init_public(ctx.shared["n_users"])
 
     def _init_public(self, n_users: int) -> None:
@@ -157,19 +180,39 @@ class VerFedGNNServer(Node):
             for toks, m in zip(lists, inbox):
                 if toks != sorted(toks):
                     raise ValueError(f"{self.id}: tokens from {m.src} are not sorted")
-            positions = psi.intersect_positions(lists)
-            self._init_public(len(positions[0]))
+            if self.psi_common is None:  # the set-up: intersect the lists that arrived
+                positions = psi.intersect_positions(lists)
+                self.psi_common = [lists[0][i] for i in positions[0]]
+                self._init_public(len(positions[0]))
+            else:  # a rejoin: the same common tokens, so the aligned index does not change
+                positions = [psi.common_positions(toks, self.psi_common) for toks in lists]
             for m, pos in zip(inbox, positions):
+                if pos is None:  # the party lacks a common user: it cannot rejoin
+                    self.report("psi_rejoin_failed", 1.0)
+                    continue
+                self.aligned.add(index_of(m.src))
                 self.send("psi_intersection", m.src, wire.encode_ids(pos))
         elif phase in ("download", "eval_download"):
             expect_kinds(inbox, node=self.id)
             P = s["parties"]
             if phase == "download":
+                # A_t: S parties drawn uniformly among the aligned ones the server can reach this
+                # round (it tries to connect); an offline party is not in A_t, and eq. 21 then
+                # scales by the number of gradients that arrive
                 k = n_participants(P, s["participation"])
-                chosen = np.sort(self.rng.choice(P, size=k, replace=False))
+                reachable = np.array(
+                    [p for p in range(P) if p in self.aligned and self.online(node_id("party", p))],
+                    dtype=np.int64,
+                )
+                if not len(reachable):
+                    self.last_participants = []
+                    return
+                chosen = np.sort(
+                    self.rng.choice(reachable, size=min(k, len(reachable)), replace=False)
+                )
                 self.last_participants = [int(p) for p in chosen]
             else:
-                chosen = np.arange(P)
+                chosen = np.array(sorted(self.aligned), dtype=np.int64)
             if phase == "download":
                 seed = int(self.rng.integers(0, 2**62))  # the seed of Φ
             else:  # evaluation does not draw from the training stream
@@ -180,7 +223,8 @@ class VerFedGNNServer(Node):
                 self.send(kind, node_id("party", int(p)), payload)
         elif phase == "aggregate":
             expect_kinds(inbox, "gradient", node=self.id)
-            if not inbox:
+            if len(inbox) < max(1, self.min_participants):  # run condition: too few reports
+                self.report("skipped", 1.0)
                 return
             grads = [torch.from_numpy(self._decode_gradient(m)) for m in inbox]
             if s["estimator"] == "uniform":  # eq. 21, Horvitz–Thompson
@@ -281,6 +325,10 @@ class VerFedGNNParty(Node):
         if phase.startswith("psi"):
             self._psi(phase, inbox)
             return
+        if self.model is None:  # not aligned (lost the set-up to a fault): cannot take part
+            if phase == "train":
+                self.report("needs_alignment", float(index_of(self.id)))
+            return
         self._absorb(inbox)
         if not self.participating:
             return
@@ -295,7 +343,10 @@ class VerFedGNNParty(Node):
             super().handle(phase, inbox)
 
     def _psi(self, phase: str, inbox) -> None:
-        if phase == "psi_blind":
+        if phase == "psi_request":  # a rejoin: ask the key server for its public key
+            expect_kinds(inbox, node=self.id)
+            self.send("psi_rejoin", KEY_SERVER, b"")
+        elif phase == "psi_blind":
             expect_kinds(inbox, "psi_public_key", node=self.id)
             n, e = wire.decode_bigints(inbox[0].payload)
             self.psi_public = RSAPublicNumbers(e, n)
@@ -333,28 +384,48 @@ class VerFedGNNParty(Node):
                 self.participating = True
                 self.participants = [int(p) for p in participants]
                 self.phi = GaussianProjection(self.rows, self.n_users, seed)
-                covered = sum(s["party_items"][p] for p in self.participants)
-                self.scale = s["n_items"] / covered  # M / Σ_{q∈S} M_q
-                self.external = [
-                    torch.zeros(self.n_users, s["dim"]) for _ in range(self.model.n_layers)
-                ]
-        by_step: dict[int, torch.Tensor] = {}
+                self.received: dict[int, dict[int, torch.Tensor]] = {}  # step -> sender -> Y
+                self._gather(0)
         for m in inbox:  # sorted by sender: the same sums whatever the placement
-            if m.kind != "aggregates":
+            if m.kind != "aggregates" or not self.participating:
                 continue
             step = int(m.phase.removeprefix("eval_").removeprefix("exchange"))
             y = torch.from_numpy(wire.decode_dense(m.payload))
             shape = (len(self.schedule[step - 1]), self.rows, s["dim"])
             if tuple(y.shape) != shape:
                 raise wire.WireError(f"aggregates from {m.src}: shape {tuple(y.shape)} != {shape}")
-            by_step[step] = y if step not in by_step else by_step[step] + y
+            self.received.setdefault(step, {})[index_of(m.src)] = y
             if self.adversaries is not None and step == 1:
                 if index_of(m.src) == s["attack_victim"]:  # the attacker keeps X̂_victim^1 apart
                     first = y[0]
                     self.attack_observed = (
                         reconstruct(self.phi, first) if s["projection"] else first
                     )
-        for step, y_sum in sorted(by_step.items()):
+
+    def _gather(self, steps_done: int) -> None:
+        """``external`` (Σ_q X̂_q^k of the layers of exchange steps 1..steps_done) and ``scale``
+        (M / Σ M_q) over this party and the senders whose aggregates arrived in every one of
+        those steps: the participants that are really there (all of A_t but itself before the
+        first exchange). A sender missing from a later step is left out of the earlier ones too,
+        so that every layer sums over the same parties."""
+        s = self.shared
+        me = index_of(self.id)
+        if steps_done == 0:
+            senders = {p for p in self.participants if p != me}
+        else:
+            senders = set(self.received.get(1, {}))
+            for step in range(2, steps_done + 1):
+                senders &= set(self.received.get(step, {}))
+        covered = s["party_items"][me] + sum(s["party_items"][p] for p in senders)
+        self.scale = s["n_items"] / covered  # M / Σ_{q∈S} M_q
+        self.external = [torch.zeros(self.n_users, s["dim"]) for _ in range(self.model.n_layers)]
+        for step in range(1, steps_done + 1):
+            y_sum = None
+            for p, y in self.received.get(step, {}).items():  # arrival order: sorted by sender
+                if p in senders:
+                    y_sum = y if y_sum is None else y_sum + y
+            if y_sum is None:
+                continue
             for j, k in enumerate(self.schedule[step - 1]):
                 # X̂ = Φᵀ Σ_q Y_q (linear: one reconstruction for all senders)
                 x_hat = reconstruct(self.phi, y_sum[j]) if s["projection"] else y_sum[j]
@@ -362,6 +433,7 @@ class VerFedGNNParty(Node):
 
     def _exchange(self, step: int) -> None:
         layers = self.schedule[step - 1]
+        self._gather(step - 1)
         with torch.no_grad():
             prop = self.model.propagate(self.external, aggregate_scale=self.scale)
         xs = [prop.local_user_aggregates[k] for k in layers]  # exact by the schedule
@@ -375,6 +447,7 @@ class VerFedGNNParty(Node):
     def _train(self) -> None:
         s = self.shared
         self.participating = False
+        self._gather(len(self.schedule))
         u, i, r = self.data["train"]
         if s["batch_size"] and s["batch_size"] < len(u):
             pick = np.sort(self.rng.choice(len(u), size=s["batch_size"], replace=False))
@@ -400,6 +473,7 @@ class VerFedGNNParty(Node):
             ]
         ).detach()
         self.send("gradient", SERVER, self._release(grad))
+        self.report("released", float(index_of(self.id)))  # one release (privacy accounting)
 
     def _release(self, grad: torch.Tensor) -> bytes:
         """Clip to [−B, B], then ternary (eqs. 19–20), Laplace (App. J.2) or nothing."""
@@ -419,6 +493,7 @@ class VerFedGNNParty(Node):
     def _evaluate(self) -> None:
         s = self.shared
         self.participating = False
+        self._gather(len(self.schedule))
         prop = self.model.propagate(self.external, aggregate_scale=self.scale)
         for name in ("val", "test"):
             u, i, r = self.data[name]
