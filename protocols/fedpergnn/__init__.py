@@ -18,8 +18,9 @@ matcher (each of the last three a dedicated node). The algorithm, as the paper s
    updates e_u locally (SGD) and uploads the gradients of the rows of E it used — all its
    interacted items and its negatives — plus M pseudo-interacted items whose gradients are drawn
    from N(μ, σ²) fitted to the real rows; every coordinate is clipped to [−δ, δ] and gets
-   Laplace(0, λ) noise; rows sorted by item id. The server averages the uploads and takes an
-   Adam step on E.
+   Laplace(0, λ) noise; rows sorted by item id. The server averages the uploads that arrived and
+   takes an Adam step on E; with fewer than ``min_participants`` uploads (a run condition) it
+   skips the round's update and reports it (``skipped`` in the round's training figures).
 4. **Evaluation.** E goes to every user (``eval_*`` traffic); each ranks all items it has not
    trained on by h_u·e_i (Recall/NDCG@20).
 
@@ -28,6 +29,17 @@ step 3 runs PyG GATConv layers on the local subgraph, r̂_ui = h_u·h_i, MSE on 
 ratings; the server also sends the GAT weights θ, each user uploads clip+Laplace ∂L_u/∂θ beside
 its item rows (its rated items and M pseudo items; no negatives), and the server takes an Adam
 step on (E, θ). Evaluation: RMSE on the held-out ratings (predictions clamped to the range).
+
+**Absent participants** (dropout, a host lost to a fault, late messages; nodes/conditions.py).
+Key server, matcher and server are datacenter roles, absent only when a fault takes their host.
+A user away at step 1 or at a step-2 expansion catches up at its next participation (the next
+round in which it is online and sampled), before it trains: it asks its key-server replica for
+the public key if it never got it, runs the OPRF for its items (tokens, once obtained, are cached
+and never requested again) and, if its local graph is older than the current epoch, sends its
+request to the matcher, which matches it against the latest request of every user
+(``rejoin`` supersteps, protocols/fedpergnn/roles.py). Until then it trains on what it has (no
+neighbours if it never expanded). The ``rejoin`` supersteps run only once an absence has been
+seen (a participant dropped or a message late), so a fair-weather run is unchanged by them.
 
 Key-server replicas (``keyservers = R``): R nodes hold the same key; user u talks to replica
 u mod R, so that signing runs on R actors at once.
@@ -64,6 +76,8 @@ from privacy.ldp import laplace_epsilon_per_coordinate
 from protocols.base import Protocol, ProtocolConfig, require
 from protocols.fedpergnn import gat
 from protocols.fedpergnn.roles import MATCHER, SERVER, KeyServer, Matcher, Server, User
+
+REJOIN_STEPS = 7  # supersteps of the longest catch-up chain (see FedPerGNN.rejoin)
 
 
 @dataclasses.dataclass
@@ -155,6 +169,7 @@ class FedPerGNN(Protocol):
         self.accountant = PrivacyAccountant(delta=config.privacy_delta)
         self.round_epsilon: list[float] = []  # max ε of one upload, per round (exact)
         self.set_up = False
+        self.absence_seen = False  # a participant was away or a message late: run ``rejoin``
 
     @property
     def expand_every(self) -> int:
@@ -171,6 +186,7 @@ class FedPerGNN(Protocol):
             "n_items": self.dataset.n_items,
             "rating_min": lo,
             "rating_max": hi,
+            "expand_period": self.expand_every,  # P: users tell a stale local graph by it
             **dataclasses.asdict(self.config),
         }
 
@@ -207,6 +223,24 @@ class FedPerGNN(Protocol):
         dep.superstep(round_, "expand_match")
         dep.superstep(round_, "expand_receive")
 
+    def rejoin(self, dep: Deployment, round_: int) -> None:
+        """Sampled users who missed step 1 or the current epoch's expansion catch up before they
+        train (protocols/fedpergnn/roles.py): each superstep is driven by the previous one's
+        messages, so the chain stops as soon as nobody has anything left to do. Longest chain:
+        user key request → key → blinded → signed → expansion request → reply → user."""
+        for _ in range(REJOIN_STEPS):
+            dep.superstep(round_, "rejoin")
+            if not dep.has_pending():
+                return
+        raise RuntimeError(
+            f"round {round_}: rejoin messages still in flight after {REJOIN_STEPS} steps"
+        )
+
+    def _note_absences(self, dep: Deployment) -> None:
+        stats = dep.round_stats()
+        if stats["dropped"] or stats["late"]:
+            self.absence_seen = True
+
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:
         if not self.set_up:
             self.tokenize(dep, round_)
@@ -216,14 +250,22 @@ class FedPerGNN(Protocol):
             if self.config.attack_dictionary and not self.attack.get("dictionary_tokens_observed"):
                 self._dictionary_attack(dep)  # once: the tokens never change
         dep.superstep(round_, "download", activate=[SERVER])
-        res = dep.superstep(round_, "train")
+        self._note_absences(dep)
+        if getattr(self, "absence_seen", False):
+            self.rejoin(dep, round_)
+            # the sampled users received their download during rejoin and kept it
+            res = dep.superstep(round_, "train", activate=["user"])
+        else:
+            res = dep.superstep(round_, "train")
         agg = dep.superstep(round_, "aggregate")
+        self._note_absences(dep)
         self._account(agg.reports)
         if self.config.attack_gradient_inference:
             self._gradient_inference(dep)
         return {
             "loss": mean_report(res.reports, "loss"),
             "participants": len(res.reports.get("loss", [])),
+            "skipped": len(agg.reports.get("skipped", [])),
         }
 
     def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:

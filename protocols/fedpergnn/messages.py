@@ -20,6 +20,20 @@ def decode_tokens(payload: bytes) -> list[bytes]:
     return [raw[i : i + TOKEN_BYTES] for i in range(0, len(raw), TOKEN_BYTES)]
 
 
+# user -> key server: "send me your public key (N, e)" (a user that missed the key server's
+# round-0 broadcast asks for it when it catches up); an empty blob
+def encode_key_request() -> bytes:
+    return wire.encode_blob(b"")
+
+
+def decode_key_request(payload: bytes) -> None:
+    if wire.decode_blob(payload):
+        raise wire.WireError("key request: expected an empty blob")
+
+
+KEY_REQUEST_SIZE = wire.blob_size(0)
+
+
 # user -> matcher: my item tokens (sorted) and my embedding e_u
 def encode_expand_request(tokens: list[bytes], embedding: np.ndarray) -> bytes:
     return wire.encode_record([encode_tokens(tokens), wire.encode_dense(embedding)])

@@ -19,10 +19,33 @@ expand_receive     users       map shared tokens back to own items: local graph 
 download           server      samples |Ū| users, sends all item embeddings E    (step 3)
 train              users       LightGCN on the local graph, BPR, e_u ← e_u − η∇, uploads
                                clip+Laplace gradients of positives, negatives, M pseudo items
-aggregate          server      mean of the uploads row by row, Adam step on E
+aggregate          server      mean of the uploads that arrived, row by row; Adam step on E
+                               (skipped and reported below ``min_participants`` uploads)
 eval_download      server      E to every user (evaluation traffic)
 eval               users       rank all items not trained on with h_u·e_i     (step 5)
 =================  ==========  ================================================================
+
+**Absent participants** (run conditions: dropout, a host lost to a fault, late messages). A user
+who is away when the key server broadcasts its key (round 0) or when a graph expansion runs has
+no tokens, or a local graph older than the current epoch (expansion period P = ``expand_period``;
+the user's graph is *current* when it took part in the expansion of epoch ⌊r/P⌋). It catches up
+at its next participation, i.e. the next round in which it is online and sampled, before it trains
+(``rejoin`` supersteps, run by the protocol only once an absence has been seen; every step is
+driven by the messages of the previous one):
+
+=================  ==========  ================================================================
+rejoin (1st)       users       a sampled user keeps the round's download for ``train``; if it
+                               lacks tokens: ``oprf_key_request`` (no key yet) or
+                               ``oprf_blinded`` (key cached); if its graph is stale:
+                               ``expand_request``
+rejoin             keyserver   ``oprf_key_request`` → public key; ``oprf_blinded`` → signed
+rejoin             users       key → blind; signed → tokens (cached, never requested again),
+                               then ``expand_request``; ``expand_reply`` → local graph
+rejoin             matcher     answers each request against the latest request of every user
+=================  ==========  ================================================================
+
+A message that never arrives (the peer's host died, the message was late) leaves the user where
+it was; it tries again at its next participation.
 """
 
 from __future__ import annotations
@@ -124,9 +147,17 @@ class KeyServer(Node):
             payload = wire.encode_bigints([self.public.n, self.public.e])
             for u in self.users:
                 self.send("oprf_public_key", node_id("user", int(u)), payload)
-        elif phase == "oprf_sign":
-            expect_kinds(inbox, "oprf_blinded", node=self.id)
-            for m in inbox:
+        elif phase in ("oprf_sign", "rejoin"):
+            # rejoin: users that missed the broadcast or the signing catch up one by one
+            expect_kinds(inbox, "oprf_blinded", "oprf_key_request", node=self.id)
+            for m in inbox:  # sorted by sender
+                if keyserver_of(int(m.src.split("/")[1]), self.shared["keyservers"]) != self.id:
+                    raise ValueError(f"{self.id}: {m.kind} from {m.src}, served by another replica")
+                if m.kind == "oprf_key_request":
+                    msg.decode_key_request(m.payload)
+                    payload = wire.encode_bigints([self.public.n, self.public.e])
+                    self.send("oprf_public_key", m.src, payload)
+                    continue
                 blinded = wire.decode_bigints(m.payload)
                 signed = oprf.blind_sign(self.key, blinded)
                 self.signed += len(signed)
@@ -143,44 +174,48 @@ class KeyServer(Node):
 
 
 class Matcher(Node):
-    """Third party without key: finds users that share item tokens, returns anonymous lists."""
+    """Third party without key: finds users that share item tokens, returns anonymous lists.
+
+    It keeps the latest request (tokens, e_u) of every user and matches each request against all
+    of them: when everyone takes part in an expansion that is exactly this expansion's requests;
+    a user who was away is still found by the others with the request it sent last, and a user
+    who catches up later (``rejoin``) is matched against everyone."""
 
     role = "matcher"
 
     def __init__(self, nid: str, ctx: NodeContext):
         super().__init__(nid, ctx)
         self.observed: set[bytes] = set()  # every token received (its whole view of items)
+        self.latest: dict[str, tuple[list[bytes], np.ndarray]] = {}  # user -> its last request
 
     def observed_tokens(self) -> list[bytes]:
         return sorted(self.observed)
 
     def handle(self, phase: str, inbox) -> None:
-        if phase != "expand_match":
+        if phase not in ("expand_match", "rejoin"):
             return super().handle(phase, inbox)
         expect_kinds(inbox, "expand_request", node=self.id)
         k_max = self.shared["max_neighbors"]
+        by_index = lambda s: int(s.split("/")[1])  # noqa: E731
         requests = {m.src: msg.decode_expand_request(m.payload) for m in inbox}
         for tokens, _ in requests.values():
             self.observed.update(tokens)
-        senders = sorted(requests, key=lambda s: int(s.split("/")[1]))
+        self.latest.update(requests)
         holders: dict[bytes, list[str]] = {}
-        for s in senders:
-            for t in requests[s][0]:
+        for s in sorted(self.latest, key=by_index):
+            for t in self.latest[s][0]:
                 holders.setdefault(t, []).append(s)
-        for s in senders:  # in user order: the matcher's RNG draws are placement-independent
+        for s in sorted(requests, key=by_index):  # user order: RNG draws placement-independent
             tokens = requests[s][0]
             own = set(tokens)
-            found = sorted(
-                {v for t in tokens for v in holders[t] if v != s},
-                key=lambda v: int(v.split("/")[1]),
-            )
+            found = sorted({v for t in tokens for v in holders[t] if v != s}, key=by_index)
             if len(found) > k_max:  # uniform sample of max_neighbors
                 found = [found[j] for j in np.sort(self.rng.choice(len(found), k_max, False))]
             found = [found[j] for j in self.rng.permutation(len(found))]  # anonymous order
-            emb = np.stack([requests[v][1] for v in found]) if found else np.zeros((0, 0))
+            emb = np.stack([self.latest[v][1] for v in found]) if found else np.zeros((0, 0))
             if not found:
                 emb = np.zeros((0, len(requests[s][1])), dtype=np.float32)
-            shared = [[t for t in requests[v][0] if t in own] for v in found]
+            shared = [[t for t in self.latest[v][0] if t in own] for v in found]
             self.send("expand_reply", s, msg.encode_expand_reply(emb, shared))
 
 
@@ -244,8 +279,14 @@ class Server(Node):
                 if s["attack_gradient_inference"]:  # the curious server's view (step 3)
                     self.attack_views.append((m.src, ids, grads))
             for src, n in coords.items():
-                # what the server learns anyway (upload size): the accountant's input
+                # what the server learns anyway (upload size): the accountant's input; an upload
+                # spends its sender's privacy budget whether or not the update below is taken
                 self.report(f"upload_coords/{src}", n)
+            # the mean is over the uploads that arrived (sampled users who were away send none);
+            # below min_participants of them the round's update is skipped
+            if len(uploads) < max(1, self.min_participants):
+                self.report("skipped", 1.0)
+                return
             step_on_mean(self.item_emb, self.optimizer, uploads)
             if self.gat_weights is not None:
                 gat.step_on_mean_dense(self.gat_weights, self.gat_optimizer, model_uploads)
@@ -294,50 +335,126 @@ class User(Node):
         self.nbr_emb = torch.zeros((0, s["dim"]))
         self.last_pseudo_items = np.zeros(0, dtype=np.int64)
         self.nbr_links = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        self.graph_epoch = -1  # the expansion epoch ⌊r/P⌋ its local graph comes from (-1: none)
+        self.download: list = []  # this round's download, kept for train while it catches up
+        self.download_round = -1
 
     # --- OPRF and graph expansion (one node at a time: cheap, or dominated by RSA) -----------
     def handle(self, phase: str, inbox) -> None:
         if phase == "oprf_blind":
             expect_kinds(inbox, "oprf_public_key", node=self.id)
-            n, e = wire.decode_bigints(inbox[0].payload)
-            from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: PLC0415
-
-            self.public = rsa.RSAPublicNumbers(e, n)
-            blinded, self.unblinders = oprf.blind(
-                self.train_items.tolist(), self.public, self.blinding
-            )
-            user = int(self.id.split("/")[1])
-            replica = keyserver_of(user, self.shared["keyservers"])
-            self.send("oprf_blinded", replica, wire.encode_bigints(blinded))
+            self._blind(inbox[0].payload)
         elif phase == "oprf_finalize":
             expect_kinds(inbox, "oprf_signed", node=self.id)
-            signed = wire.decode_bigints(inbox[0].payload)
-            self.tokens = oprf.unblind_and_finalize(
-                self.train_items.tolist(), signed, self.unblinders, self.public
-            )
-            self.unblinders = []
+            self._finalize(inbox[0].payload)
         elif phase == "expand_send":
             expect_kinds(inbox, node=self.id)
-            if not self.tokens:
-                raise RuntimeError(f"{self.id}: graph expansion before the OPRF tokens exist")
-            self.send(
-                "expand_request",
-                MATCHER,
-                msg.encode_expand_request(sorted(self.tokens), self.embedding),
-            )
+            if self.tokens:  # without tokens (away at the OPRF) it catches up when sampled
+                self._request_expansion()
         elif phase == "expand_receive":
             expect_kinds(inbox, "expand_reply", node=self.id)
-            emb, shared = msg.decode_expand_reply(inbox[0].payload)
-            position = {t: i for i, t in enumerate(self.tokens)}
-            v = np.repeat(np.arange(len(shared)), [len(s) for s in shared]).astype(np.int64)
-            i = np.array([position[t] for s in shared for t in s], dtype=np.int64)
-            self.nbr_emb = torch.from_numpy(emb.astype(np.float32))
-            self.nbr_links = (v, i)
+            self._receive_expansion(inbox[0].payload)
+        elif phase == "rejoin":
+            self._rejoin(inbox)
         else:
             raise ValueError(f"{type(self).__name__}: no handler for phase {phase!r}")
 
+    def _blind(self, key_payload: bytes) -> None:
+        """OPRF step 1: m' = H(x)·r^e mod N for every own item → the user's key-server replica."""
+        n, e = wire.decode_bigints(key_payload)
+        from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: PLC0415
+
+        self.public = rsa.RSAPublicNumbers(e, n)
+        self._send_blinded()
+
+    def _send_blinded(self) -> None:
+        blinded, self.unblinders = oprf.blind(self.train_items.tolist(), self.public, self.blinding)
+        user = int(self.id.split("/")[1])
+        replica = keyserver_of(user, self.shared["keyservers"])
+        self.send("oprf_blinded", replica, wire.encode_bigints(blinded))
+
+    def _finalize(self, signed_payload: bytes) -> None:
+        """OPRF step 3: s = s'·r⁻¹, check s^e = H(x), token = SHA-256(s); tokens are cached."""
+        signed = wire.decode_bigints(signed_payload)
+        self.tokens = oprf.unblind_and_finalize(
+            self.train_items.tolist(), signed, self.unblinders, self.public
+        )
+        self.unblinders = []
+
+    def _request_expansion(self) -> None:
+        self.send(
+            "expand_request",
+            MATCHER,
+            msg.encode_expand_request(sorted(self.tokens), self.embedding),
+        )
+
+    def _receive_expansion(self, reply_payload: bytes) -> None:
+        emb, shared = msg.decode_expand_reply(reply_payload)
+        position = {t: i for i, t in enumerate(self.tokens)}
+        v = np.repeat(np.arange(len(shared)), [len(s) for s in shared]).astype(np.int64)
+        i = np.array([position[t] for s in shared for t in s], dtype=np.int64)
+        self.nbr_emb = torch.from_numpy(emb.astype(np.float32))
+        self.nbr_links = (v, i)
+        self.graph_epoch = self._epoch()
+
+    def _epoch(self) -> int:
+        return self.round // self.shared["expand_period"]
+
+    def graph_is_current(self) -> bool:
+        """Whether the local graph comes from the expansion of the current epoch."""
+        return bool(self.tokens) and self.graph_epoch >= self._epoch()
+
+    def _rejoin(self, inbox) -> None:
+        """Catch up on what this user missed while it was away (see the module docstring); every
+        message moves it one step on, a message that does not come leaves it where it was."""
+        expect_kinds(
+            inbox,
+            "item_embeddings",
+            "gat_weights",
+            "oprf_public_key",
+            "oprf_signed",
+            "expand_reply",
+            node=self.id,
+        )
+        download = [m for m in inbox if m.kind in ("item_embeddings", "gat_weights")]
+        if download:  # sampled this round: keep the download for train, catch up first
+            self.download, self.download_round = download, self.round
+            if not self.tokens:
+                if self.public is None:  # the key server's broadcast was missed: ask for the key
+                    user = int(self.id.split("/")[1])
+                    replica = keyserver_of(user, self.shared["keyservers"])
+                    self.send("oprf_key_request", replica, msg.encode_key_request())
+                else:  # the key is cached; the signing was missed
+                    self._send_blinded()
+            elif not self.graph_is_current():
+                self._request_expansion()
+        for m in inbox:
+            if m.kind == "oprf_public_key":
+                self._blind(m.payload)
+            elif m.kind == "oprf_signed":
+                self._finalize(m.payload)
+                if not self.graph_is_current():
+                    self._request_expansion()
+            elif m.kind == "expand_reply":
+                self._receive_expansion(m.payload)
+
+    def take_download(self) -> list:
+        """The download kept by ``rejoin`` in this round (emptied by the call)."""
+        if self.download_round != self.round:
+            return []
+        out, self.download, self.download_round = self.download, [], -1
+        return out
+
     @classmethod
     def handle_batch(cls, nodes, phase, inboxes) -> None:
+        if phase == "train":
+            # sampled users whose download came during rejoin (every user is activated then);
+            # the others, not sampled, have nothing to do
+            inboxes = [inbox or n.take_download() for n, inbox in zip(nodes, inboxes)]
+            nodes = [n for n, inbox in zip(nodes, inboxes) if inbox]
+            inboxes = [inbox for inbox in inboxes if inbox]
+            if not nodes:
+                return
         gat_backbone = bool(nodes) and nodes[0].shared["backbone"] == "gat"
         if phase == "train":
             if gat_backbone:
@@ -453,6 +570,15 @@ class User(Node):
     # --- inspection (tests) ---------------------------------------------------------------------
     def get_embedding(self) -> np.ndarray:
         return self.embedding.numpy().copy()
+
+    def setup_state(self) -> dict:
+        """What this user holds from steps 1–2: its token count, whether it has the key server's
+        public key, and the expansion epoch of its local graph (-1: none)."""
+        return {
+            "tokens": len(self.tokens),
+            "public_key": self.public is not None,
+            "graph_epoch": self.graph_epoch,
+        }
 
     def get_last_pseudo_items(self) -> np.ndarray:
         """The pseudo items of this user's last upload (for measuring attacks, never sent)."""
