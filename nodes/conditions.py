@@ -16,10 +16,12 @@ finishes after
 
     t_n = handler_seconds_n × speed_n + bytes_received_n / down_n + bytes_sent_n / up_n + latency_n
 
-and the superstep lasts ``max_n t_n`` (at most up to the round ``deadline``). A host measures one
-handler call per node class (a batched pass); each node of the batch is charged an equal share.
-A message whose sender finishes after the deadline (``round start + t_n > deadline``) is dropped and
-counted as *late*. With a deadline, lateness depends on measured handler times, so a run with a
+and the superstep lasts ``max_n t_n``. A host measures one handler call per node class (a batched
+pass); each node of the batch is charged an equal share. The round ``deadline`` binds participants
+(roles in ``dropout_roles``): a message whose participant sender finishes after it
+(``round start + t_n > deadline``) is dropped and counted as *late*, and nobody waits for that
+sender past the deadline (its ``t_n`` is cut there). The server's own steps after the deadline
+(aggregating what arrived) still take their time. With a deadline, lateness depends on measured handler times, so a run with a
 deadline is reproducible only up to timing noise; without one, the results do not depend on time.
 
 Default figures (bytes per second, seconds):

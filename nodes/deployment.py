@@ -271,8 +271,6 @@ class Deployment:
             results[h]["pending_local"] if h in results else 0 for h in range(self.n_hosts)
         ]
         step_sim = max((r["sim"] for r in results.values()), default=0.0)
-        if training and self.conditions.deadline > 0:
-            step_sim = min(step_sim, max(0.0, self.conditions.deadline - self._sim))
         self._sim += step_sim if training else 0.0
         compute = max((r["timing"]["compute"] for r in results.values()), default=0.0)
         codec = max(

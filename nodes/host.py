@@ -180,12 +180,16 @@ class Host:
                         sum(len(m.payload) for m in inbox.get(n.id, ())),
                         sum(len(m.payload) for m in keep),
                     )
-                    if deadline > 0 and t_start + t_n > deadline:
+                    if (
+                        deadline > 0
+                        and t_start + t_n > deadline
+                        and role_of(n.id) in cond.dropout_roles
+                    ):
                         late += len(keep)
                         if keep:
                             late_nodes.append(n.id)
                         keep = []
-                        t_n = deadline - t_start  # nobody waits past the deadline
+                        t_n = max(0.0, deadline - t_start)  # nobody waits past the deadline
                     sim_max = max(sim_max, t_n)
                 for m in keep:
                     dst_host = self.route[m.dst]
