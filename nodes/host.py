@@ -9,7 +9,10 @@ the next superstep, so message bytes travel host to host and never through the d
 
 from __future__ import annotations
 
+import copyreg
+import io
 import os
+import pickle
 import time
 from collections import defaultdict
 
@@ -27,6 +30,39 @@ def _pick_device() -> tuple[torch.device, list]:
     if gpu_ids and torch.cuda.is_available():
         return torch.device("cuda", 0), gpu_ids  # Ray sets CUDA_VISIBLE_DEVICES to our share
     return torch.device("cpu"), gpu_ids
+
+
+def _tensor_from_numpy(array, requires_grad: bool) -> torch.Tensor:
+    t = torch.from_numpy(array)
+    return t.requires_grad_() if requires_grad else t
+
+
+def _reduce_tensor(t: torch.Tensor):
+    """A whole, contiguous CPU tensor pickles as its numpy array (about 4x faster than torch's own
+    reduction for the thousands of small per-user tensors of a host); views, GPU tensors, bfloat16
+    and tensors inside an autograd graph keep torch's reduction."""
+    whole = t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    if t.device.type == "cpu" and whole and t.is_contiguous() and t.grad_fn is None:
+        if t.dtype != torch.bfloat16:
+            return _tensor_from_numpy, (t.detach().numpy(), t.requires_grad)
+    return t.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+
+
+_DISPATCH = copyreg.dispatch_table.copy()
+_DISPATCH[torch.Tensor] = _reduce_tensor
+
+
+def dumps_state(state) -> bytes:
+    """Pickle a host's nodes: the C pickler with the tensor reduction above, cloudpickle for state
+    the standard pickler cannot take (e.g. a lambda)."""
+    buf = io.BytesIO()
+    pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = _DISPATCH
+    try:
+        pickler.dump(state)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return cloudpickle.dumps(state)
+    return buf.getvalue()
 
 
 class Host:
@@ -57,7 +93,7 @@ class Host:
         try:
             for node in self.nodes.values():
                 node.ctx = None  # the host's device and shared config are re-attached on restore
-            return cloudpickle.dumps({"nodes": self.nodes, "local_inbox": self.local_inbox})
+            return dumps_state({"nodes": self.nodes, "local_inbox": self.local_inbox})
         finally:
             for nid, node in self.nodes.items():
                 node.ctx = ctxs[nid]
@@ -65,7 +101,7 @@ class Host:
     def restore(self, blob: bytes, keep_mail: bool = True) -> int:
         """Put a :meth:`snapshot` back; ``keep_mail=False`` (recovery after a fault) discards the
         snapshot's undelivered local mail, which belongs to an earlier round."""
-        state = cloudpickle.loads(blob)
+        state = pickle.loads(blob)
         if sorted(state["nodes"]) != sorted(self.nodes):
             raise ValueError(f"host {self.index}: the checkpoint holds other nodes than this host")
         for node in state["nodes"].values():
