@@ -43,4 +43,19 @@ class UnknownDatasetError(ValueError):
 
     def __init__(self, name: str, known: tuple[str, ...]):
         self.name = name
-        super().__init__(f"unknown dataset '{name}'; known datasets: {', '.join(known)}")
+        super().__init__(
+            f"unknown dataset '{name}' (neither a known name nor an existing folder); known "
+            f"datasets: {', '.join(known)}; or give the path of a folder of dataset files "
+            "(RecBole atomic files, LightGCN train.txt/test.txt, or CSV/TSV)"
+        )
+
+
+class UnknownLayoutError(ValueError):
+    """A dataset folder holds none of the file layouts the loaders know (one line: the folder,
+    what was looked for and what was found)."""
+
+    def __init__(self, root: str | Path, looked_for: str, detail: str):
+        self.path = Path(root)
+        super().__init__(
+            f"{self.path}: no dataset layout recognised; looked for {looked_for}; {detail}"
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -19,6 +20,7 @@ from data.loaders import (
     load_ml100k,
     load_tang,
 )
+from data.loaders.files import detect_layout, read_folder
 from data.loaders.movielens import PUBLISHED_SPLITS as ML100K_SPLITS
 from data.loaders.plain import DIFFNET_SPLITS
 from data.synthetic import synthetic_raw
@@ -129,8 +131,58 @@ def _check_arguments(test_fraction: float, min_user: int, min_item: int) -> None
             raise ValueError(f"{label} must be a non-negative integer, got {value!r}")
 
 
+def dataset_folder(name: str | Path, data_dir: str | Path | None = None) -> Path | None:
+    """The folder a dataset argument that is not a registered name points to: ``name`` itself
+    when it is a directory, else ``<data_dir>/<name>`` when that is one; ``None`` otherwise."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    if data_dir is not None and not path.is_absolute() and (Path(data_dir) / path).is_dir():
+        return (Path(data_dir) / path).resolve()
+    return None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _provenance(dataset: RecDataset, fmt: str, root: Path | None) -> dict:
+    """What a run report records about the data: format, files (sha256, bytes), sizes."""
+    meta = dataset.meta
+    if "file_sha256" not in meta and root is not None:  # a named dataset: hash what was read
+        present = [f for f in meta.get("files", []) if (root / f).is_file()]
+        meta["file_sha256"] = {f: _sha256(root / f) for f in present}
+        meta["file_bytes"] = {f: (root / f).stat().st_size for f in present}
+    hashes, sizes = meta.get("file_sha256", {}), meta.get("file_bytes", {})
+    links = dataset.user_links
+    return {
+        "name": dataset.name,
+        "format": fmt,
+        "path": None if root is None else str(root),
+        "files": {f: {"sha256": hashes[f], "bytes": sizes.get(f)} for f in hashes},
+        "split": meta.get("split_name"),
+        "implicit": meta.get("implicit"),
+        "n_users": dataset.n_users,
+        "n_items": dataset.n_items,
+        "n_train": len(dataset.train),
+        "n_val": 0 if dataset.val is None else len(dataset.val),
+        "n_test": len(dataset.test),
+        "n_links": 0 if links is None else len(links),
+        "n_tags": 0 if dataset.item_tags is None else int(dataset.item_tags.shape[1]),
+        "n_user_features": len(dataset.user_features),
+        "raw_user_ids": meta.get("raw_user_ids"),
+        "raw_item_ids": meta.get("raw_item_ids"),
+        "has_ratings": dataset.has_ratings,
+        "has_timestamps": dataset.train.timestamp is not None,
+    }
+
+
 def load_dataset(
-    name: str,
+    name: str | Path,
     data_dir: str | Path | None = None,
     *,
     split: str = "auto",
@@ -141,7 +193,13 @@ def load_dataset(
     test_fraction: float = 0.2,
     **synthetic_kwargs,
 ) -> RecDataset:
-    """Load dataset ``name`` (one of :data:`DATASETS`) as a :class:`RecDataset`.
+    """Load dataset ``name`` (one of :data:`DATASETS`, or the path of a folder of dataset files)
+    as a :class:`RecDataset`.
+
+    A folder (``name`` itself, or ``<data_dir>/<name>``) holds a dataset in a standard file
+    format — RecBole atomic files, LightGCN-style ``train.txt``/``test.txt`` or CSV/TSV — which
+    is detected (see :mod:`data.loaders.files`); its own train/test files, when it has them,
+    are the published split ``"files"``.
 
     ``split``: ``"auto"`` — the published split where there is one (ml-100k ``u1``, gowalla's
     LightGCN train/test, DiffNet train/val/test), else ``"random"``; ``"random"`` — per-user
@@ -152,26 +210,37 @@ def load_dataset(
     random/temporal split, or to the train part of a published split. ``implicit=True`` drops
     ratings and duplicate pairs. ``synthetic_kwargs`` go to :func:`data.synthetic.synthetic_raw`
     (only for ``"synthetic"``). The full pipeline is described in :mod:`data.loaders.build`;
-    ``meta`` records what was done.
+    ``meta`` records what was done, and ``meta["provenance"]`` the format, the files read (with
+    their sha256) and the sizes (users, items, links, ...).
     """
-    if not isinstance(name, str) or name not in DATASETS:
-        raise UnknownDatasetError(str(name), DATASETS)
+    folder = None
+    if not isinstance(name, (str, Path)) or str(name) not in DATASETS:
+        folder = dataset_folder(name, data_dir) if isinstance(name, (str, Path)) else None
+        if folder is None:
+            raise UnknownDatasetError(str(name), DATASETS)
     _check_arguments(test_fraction, min_user_interactions, min_item_interactions)
-    if name == "synthetic":
+    if synthetic_kwargs and (folder is not None or name != "synthetic"):
+        raise ValueError(
+            f"unexpected arguments for dataset '{name}': {', '.join(sorted(synthetic_kwargs))} "
+            "(only 'synthetic' takes generator parameters)"
+        )
+    if folder is not None:
+        layout = detect_layout(folder)
+        mode, published = _resolve_split(
+            layout.name, split, layout.published_splits, layout.has_timestamps
+        )
+        root, fmt = folder, layout.format
+        raw = read_folder(layout, published)
+    elif name == "synthetic":
         mode, _ = _resolve_split(name, split, (), True)
         raw = synthetic_raw(seed=seed, **synthetic_kwargs)
-        root = None
+        root, fmt = None, "synthetic"
     else:
-        if synthetic_kwargs:
-            raise ValueError(
-                f"unexpected arguments for dataset '{name}': {', '.join(sorted(synthetic_kwargs))} "
-                "(only 'synthetic' takes generator parameters)"
-            )
         spec = SPECS[name]
         mode, published = _resolve_split(name, split, spec.published_splits, spec.has_timestamps)
-        root = dataset_root(name, data_dir)
+        root, fmt = dataset_root(name, data_dir), f"named:{name}"
         raw = spec.read(root, split=published)
-    return build_dataset(
+    dataset = build_dataset(
         raw,
         split=mode,
         seed=seed,
@@ -181,3 +250,5 @@ def load_dataset(
         implicit=implicit,
         data_dir=root,
     )
+    dataset.meta["provenance"] = _provenance(dataset, fmt, root)
+    return dataset

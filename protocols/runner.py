@@ -222,6 +222,8 @@ def _drive(
         summary = {
             "protocol": settings.protocol,
             "dataset": dataset.name,
+            # format, files (sha256) and sizes, from data.registry.load_dataset
+            "dataset_provenance": dataset.meta.get("provenance"),
             "seed": settings.seed,
             "placement": settings.placement,
             "hosts": dep.n_hosts,
