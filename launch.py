@@ -1,14 +1,21 @@
-"""privrec's command line: parse the config, start or join Ray, run a protocol, write the run report.
+"""privrec's command line: compare protocols, or run one; start or join Ray; write the report.
 
-    python launch.py                                  # fedmf on the embedded synthetic data, local Ray
-    python launch.py --protocol dmf --dataset ml-100k --rounds 50
+    python launch.py                                  # the main job: compare --quick (below)
+    python launch.py compare --dataset ml-100k --protocols fedmf,dgrec,verfedgnn,central:lightgcn
+    python launch.py --protocol dmf --dataset ml-100k --rounds 50      # one protocol (or: run ...)
     python launch.py --address auto --placement packed --hosts 8 --gpus-per-host 0.25 --config exp.toml
+
+With no arguments it compares fedmf, fedlightgcn, dgrec, verfedgnn and dipsgnn with their central
+baselines on the embedded synthetic data, with small rounds (about two minutes on two cores), and
+writes runs/<time>-compare/ (comparison.md, comparison.json, plots, one run report per protocol).
+``compare --help`` lists the comparison's flags; ``run`` (or no subcommand) runs one protocol.
 
 A ``--config`` TOML file sets protocol parameters at its top level (or under ``[protocol]``),
 dataset options under ``[dataset]`` (split, min_user_interactions, min_item_interactions, implicit,
 test_fraction, and the synthetic generator's n_users, n_items, ...) and run conditions under
 ``[conditions]`` (dropout, trace, min_participants, deadline, user_speed, speed_spread, user_link,
-snapshot_every, kill_hosts; see nodes/conditions.py). The condition flags override the table:
+snapshot_every, kill_hosts; see nodes/conditions.py); a ``[compare]`` table is read by
+``compare`` only. The condition flags override the table:
     python launch.py --protocol fedlightgcn --dropout 0.3 --deadline 20 --user-link mobile
     python launch.py --rounds 400 --hosts 2 --kill-host 5:0      # SIGKILL host 0 at round 5
 
@@ -36,29 +43,41 @@ DATASET_OPTIONS = {
     "test_fraction",
 }
 
+COMPARE_DOC = """Run several protocols on the same dataset, split and Ray cluster and write
+runs/<time>-compare/: comparison.md and comparison.json (per protocol: main metric and its ratio
+to the matching central baseline, bytes per round by kind, total bytes, rigorous and paper ε,
+attack leakage, wall and simulated seconds), comparison plots and one run report per protocol.
 
-def build_parser() -> argparse.ArgumentParser:
-    from data.registry import DATASETS
-    from protocols import DEFAULT_PROTOCOL, PROTOCOLS
+    python launch.py compare --dataset ml-100k --protocols fedmf,fedlightgcn,dgrec,verfedgnn,dipsgnn,central:lightgcn
+    python launch.py compare --quick                      # what `python launch.py` runs
+    python launch.py compare --config cmp.toml
 
-    p = argparse.ArgumentParser(
-        prog="launch.py",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,  # unknown flags are protocol parameters, never abbreviations
-        epilog=__doc__.split("\n\n", 1)[1],
-    )
-    p.add_argument(
-        "--protocol",
-        default=DEFAULT_PROTOCOL,
-        choices=sorted(PROTOCOLS),
-        help="which protocol to run (default: %(default)s)",
-    )
+central:MODEL is --protocol central --model MODEL. The matching central baselines are added to the
+list (--no-baselines: not). Per-protocol rounds and parameters come from the [compare] table of
+--config (its [dataset] and [conditions] tables apply to every protocol):
+
+    [compare]
+    protocols = ["fedmf", "dgrec", "central:lightgcn"]
+    rounds = 20                     # every protocol (--rounds overrides everything)
+    [compare.dgrec]
+    rounds = 40
+    public_ratio = 0.2
+    [compare."central:lightgcn"]
+    dim = 32
+
+A protocol that cannot run on the data is listed with its reason; the others go on.
+"""
+
+
+def _add_shared_arguments(p: argparse.ArgumentParser) -> None:
+    """Data, cluster, placement, seed, config and output flags: the same for run and compare."""
     p.add_argument(
         "--dataset",
         default="synthetic",
-        choices=DATASETS,
-        help="dataset name (default: the embedded synthetic generator)",
+        metavar="NAME|FOLDER",
+        help="dataset name (synthetic, ml-100k, gowalla, ciao, epinions, filmtrust, diffnet-yelp, "
+        "diffnet-flickr), or a folder of dataset files (RecBole atomic, LightGCN train.txt/test.txt, "
+        "CSV/TSV; see data/loaders/files.py) (default: the embedded synthetic generator)",
     )
     p.add_argument(
         "--data-dir",
@@ -94,7 +113,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="CPU share each host asks Ray for (default: the cluster's CPUs divided among the hosts, at most 1)",
     )
-    p.add_argument("--rounds", type=int, default=20, help="training rounds (default: %(default)s)")
+
+
+def _add_run_arguments(p: argparse.ArgumentParser, *, rounds_default: int | None) -> None:
+    if rounds_default is None:
+        p.add_argument(
+            "--rounds",
+            type=int,
+            default=None,
+            help="training rounds of every protocol (default: 20, or the [compare] table's, "
+            "or --quick's small ones)",
+        )
+    else:
+        p.add_argument(
+            "--rounds",
+            type=int,
+            default=rounds_default,
+            help="training rounds (default: %(default)s)",
+        )
     p.add_argument(
         "--seed", type=int, default=0, help="seed of every participant's RNG (default: %(default)s)"
     )
@@ -105,12 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default="runs", help="where run reports are written (default: %(default)s)"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--checkpoint-every",
-        type=int,
-        default=0,
-        help="write RUN_DIR/checkpoint.pkl every N rounds and after the last (default: never)",
-    )
+
+
+def _add_condition_arguments(p: argparse.ArgumentParser) -> None:
     c = p.add_argument_group("run conditions (also a [conditions] table in --config)")
     c.add_argument(
         "--dropout",
@@ -169,6 +202,35 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ROUND:HOST",
         help="fault injection: SIGKILL host HOST at the start of round ROUND (repeatable)",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of one run (``launch.py [run] --protocol ...``)."""
+    from protocols import DEFAULT_PROTOCOL, PROTOCOLS
+
+    p = argparse.ArgumentParser(
+        prog="launch.py",
+        usage="%(prog)s [compare ... | run] [options]  (no arguments: the main job, compare --quick)",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # unknown flags are protocol parameters, never abbreviations
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    p.add_argument(
+        "--protocol",
+        default=DEFAULT_PROTOCOL,
+        choices=sorted(PROTOCOLS),
+        help="which protocol to run (default: %(default)s)",
+    )
+    _add_shared_arguments(p)
+    _add_run_arguments(p, rounds_default=20)
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        help="write RUN_DIR/checkpoint.pkl every N rounds and after the last (default: never)",
+    )
+    _add_condition_arguments(p)
     p.add_argument(
         "--resume",
         default=None,
@@ -176,6 +238,41 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue the run in RUN_DIR from its checkpoint up to --rounds rounds in all, same "
         "protocol, data and placement (only --rounds, --address, --checkpoint-every, --no-progress apply)",
     )
+    return p
+
+
+def build_compare_parser() -> argparse.ArgumentParser:
+    """The parser of ``launch.py compare``."""
+    p = argparse.ArgumentParser(
+        prog="launch.py compare",
+        description=COMPARE_DOC.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+        epilog=COMPARE_DOC.split("\n\n", 1)[1],
+    )
+    p.add_argument(
+        "--protocols",
+        default=None,
+        metavar="P1,P2,...",
+        help="comma-separated protocols, central:MODEL for a central baseline (default: the "
+        "[compare] table's, else fedmf,fedlightgcn,dgrec,verfedgnn,dipsgnn)",
+    )
+    p.add_argument(
+        "--no-baselines",
+        dest="baselines",
+        action="store_false",
+        default=None,
+        help="do not add the matching central baselines to the list",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        default=None,
+        help="small rounds and parameters per protocol (the main job's; see protocols/compare.py QUICK)",
+    )
+    _add_shared_arguments(p)
+    _add_run_arguments(p, rounds_default=None)
+    _add_condition_arguments(p)
     return p
 
 
@@ -239,7 +336,16 @@ def _typed(name: str, value: str, hint):
     return value
 
 
+def _argv(argv: list[str] | None) -> list[str]:
+    return list(sys.argv[1:] if argv is None else argv)
+
+
 def parse(argv: list[str] | None = None):
+    """One run's command line (a leading ``run`` is allowed): ``(parser, args, protocol
+    parameters, dataset options, run condition values)``."""
+    argv = _argv(argv)
+    if argv[:1] == ["run"]:
+        argv = argv[1:]
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
     if args.rounds < 1:
@@ -254,6 +360,20 @@ def parse(argv: list[str] | None = None):
         if not Path(args.resume).is_dir():
             parser.error(f"--resume {args.resume!r} is not a directory")
         return parser, args, {}, {}, {}
+    _check_shared(parser, args)
+    params, dataset_opts, conditions, _ = _read_config(parser, args, compare=False)
+    if extras:
+        from protocols import get_protocol
+
+        try:
+            params.update(protocol_flags(extras, get_protocol(args.protocol).Config))
+        except ValueError as e:
+            parser.error(f"--protocol {args.protocol}: {e}")
+    _condition_flags(parser, args, conditions)
+    return parser, args, params, dataset_opts, conditions
+
+
+def _check_shared(parser, args) -> None:
     if args.hosts < 1:
         parser.error(f"--hosts must be >= 1, got {args.hosts}")
     if not args.gpus_per_host >= 0:
@@ -272,38 +392,46 @@ def parse(argv: list[str] | None = None):
         parser.error(f"--address must be 'auto' or HOST:PORT, got {args.address!r}")
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         parser.error(f"--data-dir {args.data_dir!r} is not a directory")
-    params, dataset_opts, conditions = {}, {}, {}
-    if args.config is not None:
-        path = Path(args.config)
-        if not path.is_file():
-            parser.error(f"--config {args.config!r}: no such file")
-        try:
-            doc = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as e:
-            parser.error(f"--config {args.config}: not valid TOML ({e})")
-        dataset_opts = doc.pop("dataset", {})
-        conditions = doc.pop("conditions", {})
-        params = doc.pop("protocol", {})
-        params.update({k: v for k, v in doc.items() if not isinstance(v, dict)})
-        unknown_tables = [k for k, v in doc.items() if isinstance(v, dict)]
-        if unknown_tables:
-            parser.error(
-                f"--config {args.config}: unknown table(s) {unknown_tables} "
-                "(known: [protocol], [dataset], [conditions])"
-            )
-        if args.dataset != "synthetic":
-            bad = sorted(set(dataset_opts) - DATASET_OPTIONS)
-            if bad:
-                parser.error(
-                    f"--config {args.config}: unknown [dataset] option(s) {bad} (known: {sorted(DATASET_OPTIONS)})"
-                )
-    if extras:
-        from protocols import get_protocol
 
-        try:
-            params.update(protocol_flags(extras, get_protocol(args.protocol).Config))
-        except ValueError as e:
-            parser.error(f"--protocol {args.protocol}: {e}")
+
+def _read_config(parser, args, *, compare: bool) -> tuple[dict, dict, dict, dict]:
+    """``--config``'s (protocol parameters, [dataset], [conditions], [compare])."""
+    if args.config is None:
+        return {}, {}, {}, {}
+    path = Path(args.config)
+    if not path.is_file():
+        parser.error(f"--config {args.config!r}: no such file")
+    try:
+        doc = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        parser.error(f"--config {args.config}: not valid TOML ({e})")
+    dataset_opts = doc.pop("dataset", {})
+    conditions = doc.pop("conditions", {})
+    compare_table = doc.pop("compare", {})
+    params = doc.pop("protocol", {})
+    params.update({k: v for k, v in doc.items() if not isinstance(v, dict)})
+    unknown_tables = [k for k, v in doc.items() if isinstance(v, dict)]
+    if unknown_tables:
+        parser.error(
+            f"--config {args.config}: unknown table(s) {unknown_tables} "
+            "(known: [protocol], [dataset], [conditions], [compare])"
+        )
+    if compare and params:
+        parser.error(
+            f"--config {args.config}: in a comparison, protocol parameters go under "
+            f"[compare.<protocol>], not at the top level or in [protocol] ({sorted(params)})"
+        )
+    if args.dataset != "synthetic":
+        bad = sorted(set(dataset_opts) - DATASET_OPTIONS)
+        if bad:
+            parser.error(
+                f"--config {args.config}: unknown [dataset] option(s) {bad} (known: {sorted(DATASET_OPTIONS)})"
+            )
+    return params, dataset_opts, conditions, compare_table
+
+
+def _condition_flags(parser, args, conditions: dict) -> None:
+    """The condition flags, over the [conditions] table."""
     for name in CONDITION_FLAGS:
         value = getattr(args, name)
         if value is not None:
@@ -317,7 +445,6 @@ def parse(argv: list[str] | None = None):
                 raise ValueError
         except ValueError:
             parser.error(f"--kill-host expects ROUND:HOST, got {args.kill_hosts}")
-    return parser, args, params, dataset_opts, conditions
 
 
 CONDITION_FLAGS = (
@@ -331,14 +458,71 @@ CONDITION_FLAGS = (
     "snapshot_every",
 )
 
+COMPARE_KEYS = ("protocols", "rounds", "baselines", "quick")
+
+
+def parse_compare(argv: list[str] | None = None):
+    """``compare``'s command line (without the word ``compare``): ``(parser, args, entries,
+    dataset options, run condition values)``, the entries planned by protocols.compare.plan."""
+    from protocols import get_protocol
+    from protocols.base import ConfigError, build_config
+    from protocols.compare import DEFAULT_PROTOCOLS, CompareError, plan
+
+    parser = build_compare_parser()
+    args = parser.parse_args(_argv(argv))
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    _check_shared(parser, args)
+    _, dataset_opts, conditions, table = _read_config(parser, args, compare=True)
+    per_label = {k: dict(v) for k, v in table.items() if isinstance(v, dict)}
+    options = {k: v for k, v in table.items() if not isinstance(v, dict)}
+    bad = sorted(set(options) - set(COMPARE_KEYS))
+    if bad:
+        parser.error(
+            f"--config {args.config}: unknown [compare] key(s) {bad} (known: {list(COMPARE_KEYS)} "
+            "and a [compare.<protocol>] table per protocol)"
+        )
+    labels = args.protocols if args.protocols is not None else options.get("protocols")
+    if labels is None:
+        labels = list(DEFAULT_PROTOCOLS)
+    elif isinstance(labels, str):
+        labels = [x for x in labels.split(",") if x.strip()]
+    if not labels or not all(isinstance(x, str) for x in labels):
+        parser.error(f"--protocols: expected a comma-separated list of protocols, got {labels!r}")
+    baselines = args.baselines if args.baselines is not None else options.get("baselines", True)
+    quick = args.quick if args.quick is not None else options.get("quick", False)
+    default_rounds = options.get("rounds", 20)
+    try:
+        entries = plan(
+            labels,
+            rounds=args.rounds,
+            per_label=per_label,
+            baselines=bool(baselines),
+            quick=bool(quick),
+            default_rounds=default_rounds,
+        )
+    except CompareError as e:
+        parser.error(f"--protocols: {e}")
+    for e in entries:
+        try:
+            build_config(get_protocol(e.protocol).Config, e.params)  # fail fast, before Ray
+        except ConfigError as err:
+            parser.error(f"{e.label}: protocol parameter {err}")
+    _condition_flags(parser, args, conditions)
+    return parser, args, entries, dataset_opts, conditions
+
 
 def main(argv: list[str] | None = None) -> int:
+    """``launch.py`` (no arguments: the main job, ``compare --quick``), ``launch.py compare
+    ...``, or one run: ``launch.py [run] --protocol ...``; returns the exit status."""
+    argv = _argv(argv)
+    if not argv:
+        return compare_main(["--quick"])
+    if argv[0] == "compare":
+        return compare_main(argv[1:])
     parser, args, params, dataset_opts, condition_values = parse(argv)
     if args.resume is not None:
         return _resume(parser, args)
-    from data.errors import DataFormatError
-    from data.registry import load_dataset
-    from nodes.conditions import Conditions, ConditionsError
     from nodes.deployment import HostLostError, PlacementError
     from protocols import get_protocol
     from protocols.base import ConfigError, build_config
@@ -348,14 +532,8 @@ def main(argv: list[str] | None = None) -> int:
         build_config(get_protocol(args.protocol).Config, params)  # fail fast, before Ray starts
     except ConfigError as e:
         parser.error(f"protocol parameter {e}")
-    try:
-        conditions = Conditions.from_dict(condition_values)
-    except (ConditionsError, TypeError) as e:
-        parser.error(f"run condition {e}")
-    try:
-        dataset = load_dataset(args.dataset, args.data_dir, seed=args.seed, **dataset_opts)
-    except (DataFormatError, FileNotFoundError, ValueError, TypeError) as e:
-        parser.error(f"--dataset {args.dataset}: {e}")
+    conditions = _conditions(parser, condition_values)
+    dataset = _load(parser, args, dataset_opts)
     settings = RunSettings(
         protocol=args.protocol,
         rounds=args.rounds,
@@ -382,6 +560,51 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"protocol parameter {e}")
     _show(summary, run_dir)
     return 0
+
+
+def _conditions(parser, values: dict):
+    from nodes.conditions import Conditions, ConditionsError
+
+    try:
+        return Conditions.from_dict(values)
+    except (ConditionsError, TypeError) as e:
+        parser.error(f"run condition {e}")
+
+
+def _load(parser, args, dataset_opts: dict):
+    from data.errors import DataFormatError
+    from data.registry import load_dataset
+
+    try:
+        return load_dataset(args.dataset, args.data_dir, seed=args.seed, **dataset_opts)
+    except (DataFormatError, FileNotFoundError, ValueError, TypeError) as e:
+        parser.error(f"--dataset {args.dataset}: {' '.join(str(e).split())}")
+
+
+def compare_main(argv: list[str]) -> int:
+    """``launch.py compare ...``: 0 when at least one protocol ran, 1 when none did."""
+    from protocols.compare import compare, render_text
+
+    parser, args, entries, dataset_opts, condition_values = parse_compare(argv)
+    conditions = _conditions(parser, condition_values)
+    dataset = _load(parser, args, dataset_opts)
+    cmp_dir, comparison = compare(
+        entries,
+        dataset,
+        out=args.out,
+        seed=args.seed,
+        placement=args.placement,
+        hosts=args.hosts,
+        gpus_per_host=args.gpus_per_host,
+        cpus_per_host=args.cpus_per_host,
+        address=args.address,
+        progress=not args.no_progress,
+        conditions=conditions,
+        dataset_info=dataset.meta,
+    )
+    print(render_text(comparison))
+    print(f"comparison report: {cmp_dir / 'comparison.md'}")
+    return 0 if any(r["status"] == "ok" for r in comparison["protocols"]) else 1
 
 
 def _resume(parser, args) -> int:

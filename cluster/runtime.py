@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import ray
@@ -16,6 +17,8 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 log = logging.getLogger(__name__)
+
+AUTH_MODE_ENV = "RAY_AUTH_MODE"  # Ray's switch for token authentication (token | disabled)
 
 
 @dataclass(frozen=True)
@@ -38,9 +41,12 @@ def start_or_join(
         os.environ.setdefault("RAY_DEDUP_LOGS", "1")
         kwargs = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
         if address:
+            # a cluster that asks for a token finds it the usual way (RAY_AUTH_MODE=token and
+            # RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH / ~/.ray/auth_token): nothing is changed here
             ray.init(address=address, **kwargs)
         else:
-            ray.init(num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
+            with _local_auth_mode():
+                ray.init(num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
         started = True
     res = ray.cluster_resources()
     alive = [n for n in ray.nodes() if n.get("Alive")]
@@ -51,6 +57,22 @@ def start_or_join(
         gpus=float(res.get("GPU", 0.0)),
         started_here=started,
     )
+
+
+@contextmanager
+def _local_auth_mode():
+    """A local single-user instance (bound to this machine, gone with this process) starts
+    without token authentication, so Ray does not warn that it turned it on; an explicit
+    ``RAY_AUTH_MODE`` in the environment is respected. Only the start sees the setting: a later
+    ``ray.init(address=...)`` in this process is unaffected."""
+    if AUTH_MODE_ENV in os.environ:
+        yield
+        return
+    os.environ[AUTH_MODE_ENV] = "disabled"
+    try:
+        yield
+    finally:
+        os.environ.pop(AUTH_MODE_ENV, None)
 
 
 @dataclass

@@ -1,0 +1,605 @@
+"""Compare protocols on one dataset: run each on the same data, split and Ray cluster, and write
+``runs/<time>-compare/`` with ``comparison.json``, ``comparison.md`` and the comparison plots.
+
+    python launch.py compare --dataset ml-100k --protocols fedmf,fedlightgcn,dgrec,central:lightgcn
+    python launch.py                       # the main job: compare --quick on the synthetic data
+
+A protocol is named as on ``--protocol``; ``central:MODEL`` is the centralized baseline
+``--protocol central --model MODEL``. Every protocol is set beside its matching non-private
+baseline (:func:`baseline_of`: fedmf/dmf → ``central:bprmf``, fedlightgcn/dgrec/dlgnn →
+``central:lightgcn``, verfedgnn → ``central:<its gnn>``, dipsgnn → ``central:dipsgnn``), which is
+added to the list unless ``baselines=False``; the table gives the ratio of the two main metrics
+(recall@k for the ranking protocols, RMSE for the rating ones).
+
+Per protocol the table (and ``comparison.json``, which holds every figure of the table) has: the
+main metric and its ratio to the baseline, bytes per round (by kind in a second table), total
+bytes, the rigorous ε (with its δ) beside the figure the paper states, attack leakage where an
+attack was run, wall seconds (the rounds, and the start-up of its actors apart) and simulated
+deployment seconds. A protocol that cannot run (it raises: the data lack ratings, a parameter
+does not fit, a host was lost) is listed with its one-line reason and the comparison goes on.
+
+``QUICK`` holds the small per-protocol settings of the main job (a couple of minutes on a
+2-core machine on the embedded synthetic data); the figures it gives are a demonstration of the
+product, not the protocols' accuracy (see benchmarks/RESULTS.md for that).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CENTRAL = "central"
+
+# the protocols a comparison runs when none are named (their baselines are added)
+DEFAULT_PROTOCOLS: tuple[str, ...] = ("fedmf", "fedlightgcn", "dgrec", "verfedgnn", "dipsgnn")
+
+# the main job (`python launch.py`, `compare --quick`): rounds and parameters small enough for the
+# whole comparison to finish in about two minutes on a 2-core machine, synthetic data
+QUICK: dict[str, dict] = {
+    "fedmf": {"rounds": 10, "dim": 32},
+    "central:bprmf": {"rounds": 10, "dim": 32},
+    "fedlightgcn": {
+        "rounds": 3,
+        "dim": 32,
+        "users_per_round": 0,
+        "negatives": 256,
+        "key_bits": 1024,
+    },
+    "central:lightgcn": {"rounds": 10, "dim": 32},
+    "dgrec": {"rounds": 3},
+    "verfedgnn": {"rounds": 30, "psi_key_bits": 1024},
+    "central:gcn": {"rounds": 10},
+    "dipsgnn": {"rounds": 2, "epochs": 2, "hidden_dim": 32, "user_dim": 16},
+    "central:dipsgnn": {"rounds": 2, "dim": 32, "user_dim": 16},
+}
+
+# for a baseline added to the list: the protocol parameters it takes over (protocol → central)
+_SHARED_WITH_BASELINE: dict[str, dict[str, str]] = {
+    "fedmf": {"dim": "dim"},
+    "dmf": {"dim": "dim"},
+    "fedlightgcn": {"dim": "dim", "layers": "layers"},
+    "fedpergnn": {"dim": "dim", "layers": "layers"},
+    "verfedgnn": {"dim": "dim", "layers": "layers", "thd": "thd", "activation": "activation"},
+    "dipsgnn": {
+        "hidden_dim": "dim",
+        "steps": "layers",
+        "user_dim": "user_dim",
+        "use_features": "use_features",
+        "features": "features",
+        "max_len": "max_len",
+        "train_fraction": "train_fraction",
+    },
+}
+
+
+class CompareError(ValueError):
+    """A comparison that cannot be set up (an unknown protocol, a duplicate label)."""
+
+
+@dataclass
+class Entry:
+    """One protocol of a comparison."""
+
+    label: str  # as named on --protocols: "fedmf", "central:lightgcn"
+    protocol: str
+    params: dict = field(default_factory=dict)
+    rounds: int = 20
+    added: bool = False  # a baseline added to the list (not named by the user)
+
+
+def parse_label(label: str) -> tuple[str, dict]:
+    """``"fedmf"`` → ``("fedmf", {})``; ``"central:lightgcn"`` → ``("central", {"model": "lightgcn"})``."""
+    from protocols import PROTOCOLS
+
+    name, colon, model = label.strip().partition(":")
+    if name not in PROTOCOLS:
+        raise CompareError(f"unknown protocol {name!r} (known: {', '.join(sorted(PROTOCOLS))})")
+    if not colon:
+        return name, {}
+    if name != CENTRAL or not model:
+        raise CompareError(f"{label!r}: only the central baselines take a model (central:MODEL)")
+    return name, {"model": model}
+
+
+def baseline_of(protocol: str, params: dict) -> str | None:
+    """The label of the non-private centralized baseline a protocol is measured against."""
+    if protocol in ("fedmf", "dmf"):
+        return "central:bprmf"
+    if protocol in ("fedlightgcn", "dgrec", "dlgnn"):
+        return "central:lightgcn"
+    if protocol == "fedpergnn":
+        backbone = params.get("backbone", "lightgcn")
+        return "central:lightgcn" if backbone == "lightgcn" else f"central:{backbone}"
+    if protocol == "verfedgnn":
+        return f"central:{params.get('gnn', 'gcn')}"
+    if protocol == "dipsgnn":
+        return "central:dipsgnn"
+    return None
+
+
+def plan(
+    labels: list[str] | tuple[str, ...],
+    *,
+    rounds: int | None = None,
+    per_label: dict[str, dict] | None = None,
+    baselines: bool = True,
+    quick: bool = False,
+    default_rounds: int = 20,
+) -> list[Entry]:
+    """The entries of a comparison: ``labels`` in order, then the missing baselines.
+
+    Rounds and parameters of an entry, later ones winning: ``default_rounds``, the ``QUICK``
+    settings (``quick=True``), ``per_label[label]`` (a ``rounds`` key and protocol parameters,
+    e.g. from the ``[compare.<label>]`` tables of a config file), then ``rounds`` for every entry.
+    An added baseline takes over the shape parameters of the protocol it serves (the embedding
+    size, the layers; :data:`_SHARED_WITH_BASELINE`) unless its own settings say otherwise."""
+    per_label = dict(per_label or {})
+    entries: list[Entry] = []
+    seen: set[str] = set()
+
+    def make(label: str, added: bool, inherited: dict) -> Entry:
+        protocol, params = parse_label(label)
+        settings = dict(QUICK.get(label, {})) if quick else {}
+        settings.update(per_label.get(label, {}))
+        n = settings.pop("rounds", default_rounds)
+        if rounds is not None:
+            n = rounds
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise CompareError(f"{label}: rounds must be an integer >= 1, got {n!r}")
+        if "model" in settings and "model" in params and settings["model"] != params["model"]:
+            raise CompareError(f"{label}: model is given by the label ({params['model']})")
+        return Entry(label, protocol, {**inherited, **params, **settings}, n, added)
+
+    for label in labels:
+        label = label.strip()
+        if not label:
+            continue
+        if label in seen:
+            raise CompareError(f"{label!r} is named twice")
+        seen.add(label)
+        entries.append(make(label, False, {}))
+    if baselines:
+        for e in list(entries):
+            base = baseline_of(e.protocol, e.params)
+            if base is None or base in seen:
+                continue
+            seen.add(base)
+            shared = _SHARED_WITH_BASELINE.get(e.protocol, {})
+            inherited = {dst: e.params[src] for src, dst in shared.items() if src in e.params}
+            if (quick and base in QUICK) or base in per_label:
+                inherited = {}  # the baseline's own settings decide its shape
+            entries.append(make(base, True, inherited))
+    unknown = sorted(set(per_label) - seen)
+    if unknown:
+        raise CompareError(f"settings for protocol(s) not in the comparison: {unknown}")
+    return entries
+
+
+# --- running -------------------------------------------------------------------------------------
+def new_compare_dir(out: str | Path) -> Path:
+    from protocols.report import new_run_dir
+
+    return new_run_dir(out, "compare")
+
+
+def compare(
+    entries: list[Entry],
+    dataset,
+    *,
+    out: str | Path = "runs",
+    seed: int = 0,
+    placement: str = "packed",
+    hosts: int = 1,
+    gpus_per_host: float = 0.0,
+    cpus_per_host: float | None = None,
+    address: str | None = None,
+    progress: bool = True,
+    conditions=None,
+    dataset_info: dict | None = None,
+    log=None,
+) -> tuple[Path, dict]:
+    """Run every entry on ``dataset`` (the same object, so the same split) on one Ray cluster and
+    write the comparison report; returns its folder and the comparison (``comparison.json``)."""
+    from cluster.runtime import start_or_join
+    from nodes.conditions import Conditions
+    from protocols.runner import RunSettings, run
+
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    t_all = time.perf_counter()
+    cmp_dir = new_compare_dir(out)
+    cluster = start_or_join(address)
+    rows: list[dict] = []
+    summaries: dict[str, dict] = {}
+    for i, e in enumerate(entries):
+        log(f"[{i + 1}/{len(entries)}] {e.label}: {e.rounds} round(s)")
+        settings = RunSettings(
+            protocol=e.protocol,
+            rounds=e.rounds,
+            seed=seed,
+            placement=placement,
+            hosts=hosts,
+            gpus_per_host=gpus_per_host,
+            cpus_per_host=cpus_per_host,
+            address=address,
+            out=str(cmp_dir),
+            params=dict(e.params),
+            progress=progress,
+            conditions=conditions if conditions is not None else Conditions(),
+        )
+        t0 = time.perf_counter()
+        try:
+            _, summary = run(settings, dataset, dataset_info)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # noqa: BLE001 — a protocol that cannot run is listed, not fatal
+            reason = one_line(exc)
+            log(f"    {e.label} did not run: {reason}")
+            rows.append(
+                {
+                    **_entry_record(e),
+                    "status": "failed",
+                    "reason": reason,
+                    "error": "".join(traceback.format_exception_only(type(exc), exc)).strip(),
+                }
+            )
+            continue
+        summaries[e.label] = summary
+        rows.append({**_entry_record(e), **protocol_row(summary, time.perf_counter() - t0)})
+    _attach_baselines(rows, entries)
+    comparison = {
+        "dataset": {
+            "name": dataset.name,
+            "n_users": dataset.n_users,
+            "n_items": dataset.n_items,
+            "train": len(dataset.train),
+            "test": len(dataset.test),
+            **(
+                {"split": dataset_info["split"]} if dataset_info and "split" in dataset_info else {}
+            ),
+        },
+        "seed": seed,
+        "placement": placement,
+        "hosts": hosts,
+        "cluster": {"nodes": cluster.nodes, "cpus": cluster.cpus, "gpus": cluster.gpus},
+        "protocols": rows,
+        "wall_seconds": None,
+        "plots": [],
+    }
+    comparison["plots"], plot_error = _plots(rows, cmp_dir)
+    if plot_error:
+        comparison["plots_error"] = plot_error
+    comparison["wall_seconds"] = time.perf_counter() - t_all
+    comparison = jsonable(comparison)
+    (cmp_dir / "comparison.json").write_text(json.dumps(comparison, indent=2) + "\n")
+    (cmp_dir / "comparison.md").write_text(render_markdown(comparison))
+    return cmp_dir, comparison
+
+
+def one_line(exc: BaseException) -> str:
+    """``ConfigError: model: 'gcn' predicts ratings ...``: the exception's first line."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _entry_record(e: Entry) -> dict:
+    return {
+        "label": e.label,
+        "protocol": e.protocol,
+        "params": dict(e.params),
+        "rounds": e.rounds,
+        "added_baseline": e.added,
+    }
+
+
+def main_metric(metrics: dict) -> tuple[str | None, str | None]:
+    """(name, "higher"|"lower") of the figure a protocol is judged by: recall@k (k = 20 when
+    there, else the largest) for ranking, RMSE for rating prediction."""
+    recalls = [k for k in metrics if k.startswith("recall@") and metrics[k] is not None]
+    if recalls:
+        name = "recall@20" if "recall@20" in recalls else max(recalls, key=lambda k: int(k[7:]))
+        return name, "higher"
+    if metrics.get("rmse") is not None:
+        return "rmse", "lower"
+    return None, None
+
+
+def paper_figure(privacy: dict) -> dict | None:
+    """The privacy figure the protocol's paper states, as the protocol reports it beside its
+    rigorous ε: ``{"value": x, "what": "..."}`` (None for protocols without one)."""
+    if "paper_stated_rdp" in privacy:  # DGREC
+        rdp = privacy["paper_stated_rdp"]
+        return {"value": rdp["epsilon"], "what": f"RDP ε at order {rdp['order']}"}
+    if "epsilon_per_coordinate_thesis" in privacy:  # FedPerGNN / FedLightGCN
+        return {
+            "value": privacy["epsilon_per_coordinate_thesis"],
+            "what": "ε per coordinate of an upload",
+        }
+    if "paper_delta_per_release" in privacy:  # VerFedGNN, ternary quantization
+        return {"value": privacy["paper_delta_per_release"], "what": "δ per release at ε = 0"}
+    if "epsilon_per_coordinate" in privacy:  # VerFedGNN, Laplace
+        return {"value": privacy["epsilon_per_coordinate"], "what": "ε per coordinate"}
+    if "epsilon2_theorem_4_2_single_release" in privacy:  # DIPSGNN, aggregate
+        return {
+            "value": privacy["epsilon2_theorem_4_2_single_release"],
+            "what": "ε2 by Theorem 4.2, one release",
+        }
+    if "epsilon2_budget" in privacy:  # DIPSGNN
+        return {"value": privacy["epsilon2_budget"], "what": "ε2 budget"}
+    return None
+
+
+def attack_figures(summary: dict) -> dict:
+    """Attack measurements of the run: ``attack_*`` metrics (VerFedGNN's de-anonymization) and
+    ``privacy.attacks`` (FedPerGNN's gradient-inference and dictionary attacks)."""
+    out = {k: v for k, v in (summary.get("metrics") or {}).items() if k.startswith("attack_")}
+    out.update((summary.get("privacy") or {}).get("attacks") or {})
+    return out
+
+
+def protocol_row(summary: dict, seconds_total: float) -> dict:
+    """The comparison's figures of one run, from its summary.json."""
+    metrics = summary.get("metrics") or {}
+    privacy = summary.get("privacy") or {}
+    name, better = main_metric(metrics)
+    rounds = max(1, int(summary["rounds"]))
+    by_kind = summary.get("bytes_by_kind") or {}
+    eps = privacy.get("epsilon")
+    delta = privacy.get("delta", privacy.get("privacy_delta"))
+    wall = summary.get("wall_seconds")
+    return {
+        "status": "ok",
+        "metric": name,
+        "better": better,
+        "value": metrics.get(name) if name else None,
+        "baseline": None,
+        "baseline_value": None,
+        "ratio": None,
+        "bytes_per_round": summary["bytes_total"] / rounds,
+        "bytes_per_round_by_kind": {k: v / rounds for k, v in sorted(by_kind.items())},
+        "bytes_total": summary["bytes_total"],
+        "epsilon": eps,
+        "delta": delta if eps is not None and not _is_inf(eps) else None,
+        "private": not (_is_inf(eps) or privacy.get("mechanism") == "none"),
+        "epsilon_paper": paper_figure(privacy),
+        "attack": attack_figures(summary),
+        "wall_seconds": wall,
+        "startup_seconds": max(0.0, seconds_total - (wall or 0.0)),
+        "sim_seconds": summary.get("sim_seconds"),
+        "metrics": metrics,
+        "run_dir": summary.get("run_dir"),
+    }
+
+
+def _attach_baselines(rows: list[dict], entries: list[Entry]) -> None:
+    by_label = {r["label"]: r for r in rows}
+    for e, r in zip(entries, rows):
+        base = baseline_of(e.protocol, e.params)
+        if r["status"] != "ok" or base is None:
+            continue
+        r["baseline"] = base
+        b = by_label.get(base)
+        if b is None or b["status"] != "ok" or b["metric"] != r["metric"]:
+            continue
+        r["baseline_value"] = b["value"]
+        if r["value"] is not None and b["value"]:
+            r["ratio"] = r["value"] / b["value"]
+
+
+def _plots(rows: list[dict], cmp_dir: Path) -> tuple[list[str], str | None]:
+    """The comparison plots of protocols.report.plot_comparison (when that exists), one line
+    per protocol that ran; ``(paths, None)`` or ``([], reason)`` if plotting failed."""
+    from protocols import report
+
+    plot = getattr(report, "plot_comparison", None)
+    if plot is None:
+        return [], None
+    runs: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["status"] == "ok" and r.get("run_dir"):
+            path = Path(r["run_dir"]) / "metrics.jsonl"
+            if path.is_file():
+                runs[r["label"]] = [json.loads(x) for x in path.read_text().splitlines() if x]
+    if not runs:
+        return [], None
+    try:
+        paths = plot(runs, cmp_dir) or []
+    except Exception as exc:  # noqa: BLE001 — plots are a courtesy; the tables are written anyway
+        return [], one_line(exc)
+    return [str(Path(p)) for p in paths], None
+
+
+# --- rendering ----------------------------------------------------------------------------------
+def _is_inf(x) -> bool:
+    return x == "inf" or (isinstance(x, float) and math.isinf(x))
+
+
+def jsonable(x):
+    """Valid JSON: ±inf as the strings "inf" / "-inf", NaN as null, numpy/torch scalars unwrapped."""
+    if isinstance(x, bool) or x is None or isinstance(x, (int, str)):
+        return x
+    if isinstance(x, float):
+        if math.isnan(x):
+            return None
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        return x
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return jsonable(dataclasses.asdict(x))
+    if hasattr(x, "item") and callable(x.item):
+        return jsonable(x.item())
+    return str(x)
+
+
+def fmt(x) -> str:
+    """A number as the table shows it (4 significant digits; "—" for none, "∞" for inf)."""
+    if x is None:
+        return "—"
+    if _is_inf(x):
+        return "∞"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    return str(x)
+
+
+def fmt_bytes(n) -> str:
+    if n is None:
+        return "—"
+    n = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def epsilon_cell(r: dict) -> str:
+    if not r.get("private", True):
+        return "none (non-private)"
+    if r.get("epsilon") is None:
+        return "— (no DP)"
+    cell = fmt(r["epsilon"])
+    if r.get("delta") is not None:
+        cell += f" (δ={fmt(r['delta'])})"
+    return cell
+
+
+def paper_cell(r: dict) -> str:
+    p = r.get("epsilon_paper")
+    return "—" if not p else f"{fmt(p['value'])} ({p['what']})"
+
+
+def attack_cell(r: dict) -> str:
+    attack = r.get("attack") or {}
+    if not attack:
+        return "—"
+    shown = {k: v for k, v in attack.items() if k.endswith("f1")} or dict(list(attack.items())[:2])
+    return "; ".join(f"{k}={fmt(v)}" for k, v in shown.items())
+
+
+def metric_cell(r: dict) -> str:
+    if r.get("metric") is None:
+        return "—"
+    arrow = "↑" if r.get("better") == "higher" else "↓"
+    return f"{r['metric']} {arrow} {fmt(r['value'])}"
+
+
+def ratio_cell(r: dict) -> str:
+    if r.get("baseline") is None:
+        return "—"
+    if r.get("ratio") is None:
+        return f"— ({r['baseline']} did not run)"
+    return f"{fmt(r['ratio'])} × {r['baseline']} ({fmt(r['baseline_value'])})"
+
+
+COLUMNS = (
+    "protocol",
+    "rounds",
+    "main metric",
+    "vs central baseline",
+    "bytes/round",
+    "total bytes",
+    "ε rigorous",
+    "ε paper",
+    "attack leakage",
+    "wall s",
+    "start-up s",
+    "sim s",
+)
+
+
+def table_row(r: dict) -> list[str]:
+    """The cells of one protocol's line of the main table."""
+    if r["status"] != "ok":
+        return [r["label"], fmt(r["rounds"]), f"failed: {r['reason']}"] + ["—"] * (len(COLUMNS) - 3)
+    return [
+        r["label"],
+        fmt(r["rounds"]),
+        metric_cell(r),
+        ratio_cell(r),
+        fmt_bytes(r["bytes_per_round"]),
+        fmt_bytes(r["bytes_total"]),
+        epsilon_cell(r),
+        paper_cell(r),
+        attack_cell(r),
+        fmt(r["wall_seconds"]),
+        fmt(r["startup_seconds"]),
+        fmt(r["sim_seconds"]),
+    ]
+
+
+def _md_table(header, rows) -> list[str]:
+    def esc(c: str) -> str:
+        return str(c).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def render_markdown(comparison: dict) -> str:
+    """comparison.md: the main table, bytes per round by kind, and the failures' reasons."""
+    d = comparison["dataset"]
+    rows = comparison["protocols"]
+    lines = [
+        f"# Comparison on {d['name']}",
+        "",
+        f"{d['n_users']} users, {d['n_items']} items, {d['train']} training and {d['test']} test "
+        f"interactions (the same split for every protocol); seed {comparison['seed']}, "
+        f"placement {comparison['placement']}, {comparison['hosts']} host(s); "
+        f"{fmt(comparison['wall_seconds'])} s in all.",
+        "",
+    ]
+    lines += _md_table(COLUMNS, [table_row(r) for r in rows])
+    lines += [
+        "",
+        "Main metric: recall@k for ranking (↑ better), RMSE for rating prediction (↓ better); "
+        "the ratio is this protocol's value over its central baseline's. ε rigorous: what the "
+        "protocol's accountant proves for the rounds run; ε paper: the figure the paper states. "
+        "wall s: the rounds; start-up s: starting its actors and the data they hold; "
+        "sim s: simulated deployment time (device speeds and links).",
+        "",
+        "## Bytes per round by kind",
+        "",
+    ]
+    kinds = [
+        [r["label"], kind, fmt_bytes(v)]
+        for r in rows
+        if r["status"] == "ok"
+        for kind, v in r["bytes_per_round_by_kind"].items()
+    ]
+    lines += _md_table(("protocol", "kind", "bytes/round"), kinds) if kinds else ["(none)"]
+    failed = [r for r in rows if r["status"] != "ok"]
+    if failed:
+        lines += ["", "## Did not run", ""]
+        lines += [f"- {r['label']}: {r['reason']}" for r in failed]
+    if comparison.get("plots"):
+        lines += ["", "## Plots", ""]
+        lines += [f"![{Path(p).stem}]({Path(p).name})" for p in comparison["plots"]]
+    if comparison.get("plots_error"):
+        lines += ["", f"Plots were not drawn: {comparison['plots_error']}"]
+    return "\n".join(lines) + "\n"
+
+
+def render_text(comparison: dict) -> str:
+    """The main table for the terminal."""
+    cols = list(COLUMNS)
+    rows = [table_row(r) for r in comparison["protocols"]]
+    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
+    out = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    return "\n".join(out)
