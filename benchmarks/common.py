@@ -37,7 +37,7 @@ def write_result(name: str, figures: dict) -> Path:
     doc = {
         "benchmark": name,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": " ".join(["python", *sys.orig_argv[1:]]),  # as typed, `-m benchmarks.X` kept
         "machine": machine(),
         "figures": figures,
     }
