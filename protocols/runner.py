@@ -19,7 +19,7 @@ from nodes.deployment import Deployment, HostLostError, assign_hosts
 from protocols import get_protocol
 from protocols.base import build_config
 from protocols.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from protocols.report import RunReport, new_run_dir
+from protocols.report import RunReport, new_run_dir, privacy_scalars
 
 
 @dataclass
@@ -187,6 +187,7 @@ def _drive(
                 "bytes_by_kind": dep.ledger.by_kind(round_=rnd),
                 "bytes_crossed": dep.ledger.crossed_total(round_=rnd),
                 "epsilon": privacy.get("epsilon"),
+                "privacy": privacy_scalars(privacy),  # the paper's claims beside ε, for the plots
                 "seconds": time.perf_counter() - t0,
                 "sim_seconds": stats["sim_seconds"],
                 "sim_elapsed": sim_total,
