@@ -491,6 +491,7 @@ def parse_compare(argv: list[str] | None = None):
         parser.error(f"--protocols: expected a comma-separated list of protocols, got {labels!r}")
     baselines = args.baselines if args.baselines is not None else options.get("baselines", True)
     quick = args.quick if args.quick is not None else options.get("quick", False)
+    args.baselines, args.quick = bool(baselines), bool(quick)  # resolved: flag, table, default
     default_rounds = options.get("rounds", 20)
     try:
         entries = plan(
@@ -586,6 +587,10 @@ def compare_main(argv: list[str]) -> int:
     from protocols.compare import compare, render_text
 
     parser, args, entries, dataset_opts, condition_values = parse_compare(argv)
+    if args.quick and "snapshot_every" not in condition_values:
+        # the main job is a short demonstration: no per-round host snapshots (they exist to
+        # recover a dead host's nodes and cost a pickling of every node each round)
+        condition_values["snapshot_every"] = 0
     conditions = _conditions(parser, condition_values)
     dataset = _load(parser, args, dataset_opts)
     cmp_dir, comparison = compare(

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import tomllib
 from conftest import needs_shared_data
 
 import launch
@@ -139,3 +144,39 @@ def test_a_model_that_does_not_fit_the_dataset_is_refused_in_one_line(capsys):
         capsys, ["--protocol", "central", "--model", "dipsgnn", "--dataset", "filmtrust"]
     )
     assert "model" in line and "timestamps" in line
+
+
+def test_no_arguments_is_the_main_job_and_run_is_the_single_run(monkeypatch):
+    seen = []
+    monkeypatch.setattr(launch, "compare_main", lambda argv: seen.append(argv) or 0)
+    assert launch.main([]) == 0 and seen == [["--quick"]]
+    assert launch.main(["compare", "--protocols", "dgrec"]) == 0
+    assert seen[-1] == ["--protocols", "dgrec"]
+    _, args, params, _, _ = launch.parse(["run", "--protocol", "dmf", "--dim", "16"])
+    assert args.protocol == "dmf" and params == {"dim": 16}
+
+
+def test_privrec_console_command_is_launch_main():
+    doc = tomllib.loads((Path(launch.__file__).parent / "pyproject.toml").read_text())
+    assert doc["project"]["scripts"]["privrec"] == "launch:main"
+    assert "launch" in doc["tool"]["setuptools"]["py-modules"]
+
+
+def test_a_local_ray_start_has_no_token_warning(tmp_path):
+    """privrec's own single-user instance starts without Ray's token-authentication warning."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    code = (
+        "import os, ray; from cluster.runtime import start_or_join; "
+        "c = start_or_join(num_cpus=1); assert c.started_here; "
+        "assert 'RAY_AUTH_MODE' not in os.environ; ray.shutdown()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(launch.__file__).parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Token authentication" not in done.stderr + done.stdout
