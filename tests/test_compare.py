@@ -153,6 +153,8 @@ def test_compare_runs_every_protocol_and_its_table_is_in_the_json(
 n_users = 40
 n_items = 60
 avg_interactions = 12
+[conditions]
+snapshot_every = 0
 [compare]
 protocols = ["fedlightgcn", "broken", "dgrec", "verfedgnn", "dipsgnn"]
 rounds = 1
@@ -164,9 +166,8 @@ users_per_round = 0
 [compare.dgrec]
 pairs = 8
 [compare.verfedgnn]
-parties = 2
+parties = 1
 psi_key_bits = 1024
-rounds = 2
 [compare.dipsgnn]
 epochs = 1
 hidden_dim = 8
