@@ -212,3 +212,31 @@ def test_simulated_seconds_follow_the_formula_and_the_deadline_drops_the_slow_no
     assert arrived == [1] and by_kind["reply"] == SIZES["user/0"]  # a late reply is not counted
     late_collect = SIZES["user/0"] / dc.down + dc.latency
     assert stats["sim_seconds"] == pytest.approx(deadline + late_collect, rel=1e-9)
+
+
+def test_host_snapshot_pickling_keeps_every_tensor_kind():
+    """The fast tensor reduction of host snapshots: dense tensors round-trip with dtype and
+    requires_grad; views, sparse and bfloat16 tensors and parameters take torch's own reduction."""
+    import pickle
+
+    import torch
+
+    from nodes.host import dumps_state
+
+    base = torch.arange(6.0)
+    state = {
+        "dense": torch.randn(3, 2),
+        "leaf": torch.randn(2, requires_grad=True),
+        "ints": torch.arange(4),
+        "view_a": base[:3],
+        "view_b": base[3:],
+        "csr": torch.eye(3).to_sparse_csr(),
+        "bf16": torch.ones(2, dtype=torch.bfloat16),
+        "param": torch.nn.Parameter(torch.ones(2)),
+    }
+    back = pickle.loads(dumps_state(state))
+    for key, value in state.items():
+        got = back[key]
+        assert type(got) is type(value) and got.dtype == value.dtype, key
+        assert torch.equal(got.to_dense(), value.detach().to_dense()), key
+        assert got.requires_grad == value.requires_grad, key
