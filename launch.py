@@ -526,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         return _resume(parser, args)
     from nodes.deployment import HostLostError, PlacementError
     from protocols import get_protocol
-    from protocols.base import ConfigError, build_config
+    from protocols.base import ConfigError, UnsuitableDataError, build_config
     from protocols.runner import RunSettings, run
 
     try:
@@ -559,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except ConfigError as e:  # a parameter that does not fit the dataset, found by the protocol
         parser.error(f"protocol parameter {e}")
+    except UnsuitableDataError as e:
+        parser.error(f"--protocol {args.protocol} on --dataset {args.dataset}: {e}")
     _show(summary, run_dir)
     return 0
 

@@ -22,6 +22,10 @@ class ConfigError(ValueError):
     """An impossible or unknown configuration value; the message names the parameter."""
 
 
+class UnsuitableDataError(ValueError):
+    """The dataset lacks a signal the protocol needs (ratings, links, timestamps, ...)."""
+
+
 @dataclasses.dataclass
 class ProtocolConfig:
     """Base of every protocol's parameters. Subclasses add fields with defaults and ranges in

@@ -17,7 +17,7 @@ from models.baselines import popularity_metrics
 from nodes.conditions import Conditions
 from nodes.deployment import Deployment, HostLostError, assign_hosts
 from protocols import get_protocol
-from protocols.base import build_config
+from protocols.base import ConfigError, UnsuitableDataError, build_config
 from protocols.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from protocols.report import RunReport, new_run_dir, privacy_scalars
 
@@ -48,7 +48,12 @@ def run(
     config = build_config(proto_cls.Config, settings.params)
     if settings.rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {settings.rounds}")
-    protocol = proto_cls(dataset, config, settings.seed)
+    try:
+        protocol = proto_cls(dataset, config, settings.seed)
+    except ConfigError:
+        raise
+    except ValueError as e:  # the protocol refuses the data, before Ray starts
+        raise UnsuitableDataError(" ".join(str(e).split())) from e
     specs = protocol.node_specs()
     assign_hosts(
         specs, settings.placement, settings.hosts
