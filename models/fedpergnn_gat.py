@@ -30,7 +30,6 @@ import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call
-from torch_geometric.nn import GATConv
 
 
 @dataclass
@@ -86,6 +85,8 @@ class LocalGAT(nn.Module):
     """K one-head ``GATConv(d, d)`` layers (ELU between layers, none after the last)."""
 
     def __init__(self, dim: int, layers: int, seed: int = 0, negative_slope: float = 0.2):
+        from torch_geometric.nn import GATConv  # on first use: PyG costs a host process ~2.5 s
+
         super().__init__()
         if dim < 1 or layers < 0:
             raise ValueError(f"need dim >= 1 and layers >= 0, got {dim}, {layers}")

@@ -30,9 +30,16 @@ from typing import NamedTuple
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch_geometric.utils import scatter
 
 MAX_LOGIT = 60.0  # attention logits are clamped here so that exp() stays finite in float32
+
+
+def scatter(src: torch.Tensor, index: torch.Tensor, dim: int, dim_size: int, reduce: str):
+    """PyG's ``scatter``, imported on first use: loading torch_geometric costs every host process
+    about 2.5 s, and most hosts never aggregate a rating graph."""
+    from torch_geometric.utils import scatter as pyg_scatter
+
+    return pyg_scatter(src, index, dim=dim, dim_size=dim_size, reduce=reduce)
 
 
 def as_edge_tensors(
