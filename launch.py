@@ -192,7 +192,7 @@ def _add_condition_arguments(p: argparse.ArgumentParser) -> None:
         "--snapshot-every",
         type=int,
         default=None,
-        help="rounds between host snapshots for recovering a dead host (default: 1; 0 = none)",
+        help="rounds between host snapshots for recovering a dead host (default: 5; 0 = none)",
     )
     c.add_argument(
         "--kill-host",

@@ -98,7 +98,9 @@ class Conditions:
     server_speed: float = 1.0  # compute-time multiplier of datacenter roles (server, party, ...)
     speed_spread: float = 0.5  # σ of the log-normal spread of user devices' speed factors
     user_link: str = "mobile"  # link class of user devices: mobile | datacenter
-    snapshot_every: int = 1  # rounds between per-host snapshots for fault recovery (0: none)
+    # rounds between per-host snapshots for fault recovery (0: none); a snapshot pickles every node
+    # of a host, 14-22% of a round for fedmf/FedLightGCN on ml-100k, 2.6% amortised over 5 rounds
+    snapshot_every: int = 5
     kill_hosts: tuple[tuple[int, int], ...] = ()  # (round, host): SIGKILL that host at round start
     online_rounds: dict = field(default_factory=dict, compare=False, repr=False)
 

@@ -55,7 +55,7 @@ def undisturbed(tmp_path_factory):
 
 
 def test_a_killed_user_host_is_replaced_and_the_run_completes(ray_local, tmp_path, undisturbed):
-    run_dir, summary = _fedmf(tmp_path, "kill", Conditions(kill_hosts=((15, 0),)))
+    run_dir, summary = _fedmf(tmp_path, "kill", Conditions(kill_hosts=((15, 0),), snapshot_every=1))
     rows = _rows(run_dir)
     assert [r["round"] for r in rows] == list(range(30))
     (fault,) = summary["faults"]
@@ -74,7 +74,9 @@ def test_a_killed_user_host_is_replaced_and_the_run_completes(ray_local, tmp_pat
 
 
 def test_a_killed_server_host_recovers_from_its_last_snapshot(ray_local, tmp_path, undisturbed):
-    run_dir, summary = _fedmf(tmp_path, "kill-server", Conditions(kill_hosts=((15, 2),)))
+    run_dir, summary = _fedmf(
+        tmp_path, "kill-server", Conditions(kill_hosts=((15, 2),), snapshot_every=1)
+    )
     rows = _rows(run_dir)
     (fault,) = summary["faults"]
     assert (fault["round"], fault["host"], fault["node_ids"]) == (15, 2, "server/0")
