@@ -560,7 +560,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:  # a parameter that does not fit the dataset, found by the protocol
         parser.error(f"protocol parameter {e}")
     except UnsuitableDataError as e:
-        parser.error(f"--protocol {args.protocol} on --dataset {args.dataset}: {e}")
+        parser.error(
+            f"--protocol {args.protocol} on --dataset {args.dataset}: {' '.join(str(e).split())}"
+        )
     _show(summary, run_dir)
     return 0
 

@@ -53,7 +53,7 @@ def run(
     except ConfigError:
         raise
     except ValueError as e:  # the protocol refuses the data, before Ray starts
-        raise UnsuitableDataError(" ".join(str(e).split())) from e
+        raise UnsuitableDataError(str(e)) from e
     specs = protocol.node_specs()
     assign_hosts(
         specs, settings.placement, settings.hosts

@@ -207,9 +207,9 @@ user_dim = 4
         assert label in printed
     # the failure is listed with its one-line reason, and the protocols after it ran
     assert rows["broken"]["status"] == "failed"
-    assert rows["broken"]["reason"] == "ValueError: broken cannot run on this data"
+    assert rows["broken"]["reason"] == "UnsuitableDataError: broken cannot run on this data"
     assert "broken cannot run on this data" in table["broken"][2]
-    assert "- broken: ValueError: broken cannot run on this data" in md
+    assert "- broken: UnsuitableDataError: broken cannot run on this data" in md
     ok = [r for r in comparison["protocols"] if r["label"] != "broken"]
     assert all(r["status"] == "ok" for r in ok)
     for r in ok:
