@@ -213,7 +213,9 @@ def test_no_public_items_sent_without_neighbour_items(ray_local):
     "cls,sharing",
     [
         (DGREC, "onebit"),
-        (DGREC, "laplace"),
+        # the same choreography with another encoder (slow: keeps issue 14's FedLightGCN kill
+        # acceptance in the default run within its time)
+        pytest.param(DGREC, "laplace", marks=pytest.mark.slow),
         pytest.param(DLGNN, "laplace", marks=pytest.mark.slow),  # same choreography as DGREC's
     ],
 )
