@@ -527,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     from nodes.deployment import HostLostError, PlacementError
     from protocols import get_protocol
     from protocols.base import ConfigError, UnsuitableDataError, build_config
-    from protocols.runner import RunSettings, run
+    from protocols.runner import run
 
     try:
         build_config(get_protocol(args.protocol).Config, params)  # fail fast, before Ray starts
@@ -535,20 +535,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"protocol parameter {e}")
     conditions = _conditions(parser, condition_values)
     dataset = _load(parser, args, dataset_opts)
-    settings = RunSettings(
+    settings = _settings(
+        args,
+        conditions,
         protocol=args.protocol,
         rounds=args.rounds,
-        seed=args.seed,
-        placement=args.placement,
-        hosts=args.hosts,
-        gpus_per_host=args.gpus_per_host,
-        cpus_per_host=args.cpus_per_host,
-        address=args.address,
-        out=args.out,
         params=params,
-        progress=not args.no_progress,
         checkpoint_every=args.checkpoint_every,
-        conditions=conditions,
     )
     try:
         run_dir, summary = run(settings, dataset, dataset.meta)
@@ -565,6 +558,24 @@ def main(argv: list[str] | None = None) -> int:
         )
     _show(summary, run_dir)
     return 0
+
+
+def _settings(args, conditions, **fields):
+    """The RunSettings of the flags that run and compare share, plus ``fields``."""
+    from protocols.runner import RunSettings
+
+    return RunSettings(
+        seed=args.seed,
+        placement=args.placement,
+        hosts=args.hosts,
+        gpus_per_host=args.gpus_per_host,
+        cpus_per_host=args.cpus_per_host,
+        address=args.address,
+        out=args.out,
+        progress=not args.no_progress,
+        conditions=conditions,
+        **fields,
+    )
 
 
 def _conditions(parser, values: dict):
@@ -598,18 +609,7 @@ def compare_main(argv: list[str]) -> int:
     conditions = _conditions(parser, condition_values)
     dataset = _load(parser, args, dataset_opts)
     cmp_dir, comparison = compare(
-        entries,
-        dataset,
-        out=args.out,
-        seed=args.seed,
-        placement=args.placement,
-        hosts=args.hosts,
-        gpus_per_host=args.gpus_per_host,
-        cpus_per_host=args.cpus_per_host,
-        address=args.address,
-        progress=not args.no_progress,
-        conditions=conditions,
-        dataset_info=dataset.meta,
+        entries, dataset, _settings(args, conditions), dataset_info=dataset.meta
     )
     print(render_text(comparison))
     print(f"comparison report: {cmp_dir / 'comparison.md'}")

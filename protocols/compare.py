@@ -203,46 +203,28 @@ def new_compare_dir(out: str | Path) -> Path:
 def compare(
     entries: list[Entry],
     dataset,
+    base,
     *,
-    out: str | Path = "runs",
-    seed: int = 0,
-    placement: str = "packed",
-    hosts: int = 1,
-    gpus_per_host: float = 0.0,
-    cpus_per_host: float | None = None,
-    address: str | None = None,
-    progress: bool = True,
-    conditions=None,
     dataset_info: dict | None = None,
     log=None,
 ) -> tuple[Path, dict]:
     """Run every entry on ``dataset`` (the same object, so the same split) on one Ray cluster and
-    write the comparison report; returns its folder and the comparison (``comparison.json``)."""
+    write the comparison report under ``base.out``; ``base`` (a :class:`RunSettings`) gives what
+    every run shares (seed, placement, hosts, cluster, conditions), each entry its protocol, rounds
+    and parameters. Returns the report's folder and the comparison (``comparison.json``)."""
     from cluster.runtime import start_or_join
-    from nodes.conditions import Conditions
-    from protocols.runner import RunSettings, run
+    from protocols.runner import run
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     t_all = time.perf_counter()
-    cmp_dir = new_compare_dir(out)
-    cluster = start_or_join(address)
+    cmp_dir = new_compare_dir(base.out)
+    cluster = start_or_join(base.address)
     rows: list[dict] = []
     summaries: dict[str, dict] = {}
     for i, e in enumerate(entries):
         log(f"[{i + 1}/{len(entries)}] {e.label}: {e.rounds} round(s)")
-        settings = RunSettings(
-            protocol=e.protocol,
-            rounds=e.rounds,
-            seed=seed,
-            placement=placement,
-            hosts=hosts,
-            gpus_per_host=gpus_per_host,
-            cpus_per_host=cpus_per_host,
-            address=address,
-            out=str(cmp_dir),
-            params=dict(e.params),
-            progress=progress,
-            conditions=conditions if conditions is not None else Conditions(),
+        settings = dataclasses.replace(
+            base, protocol=e.protocol, rounds=e.rounds, out=str(cmp_dir), params=dict(e.params)
         )
         t0 = time.perf_counter()
         try:
@@ -275,9 +257,9 @@ def compare(
                 {"split": dataset_info["split"]} if dataset_info and "split" in dataset_info else {}
             ),
         },
-        "seed": seed,
-        "placement": placement,
-        "hosts": hosts,
+        "seed": base.seed,
+        "placement": base.placement,
+        "hosts": base.hosts,
         "cluster": {"nodes": cluster.nodes, "cpus": cluster.cpus, "gpus": cluster.gpus},
         "protocols": rows,
         "wall_seconds": None,
