@@ -21,8 +21,9 @@ pass); each node of the batch is charged an equal share. The round ``deadline`` 
 (roles in ``dropout_roles``): a message whose participant sender finishes after it
 (``round start + t_n > deadline``) is dropped and counted as *late*, and nobody waits for that
 sender past the deadline (its ``t_n`` is cut there). The server's own steps after the deadline
-(aggregating what arrived) still take their time. With a deadline, lateness depends on measured handler times, so a run with a
-deadline is reproducible only up to timing noise; without one, the results do not depend on time.
+(aggregating what arrived) still take their time. With a deadline, lateness depends on measured
+handler times, so a run with a deadline is reproducible only up to timing noise; without one, the
+results do not depend on time.
 
 Default figures (bytes per second, seconds):
 
@@ -134,11 +135,16 @@ class Conditions:
         return cls(**values)
 
     # --- availability --------------------------------------------------------------------------
+    def participant(self, nid: str) -> bool:
+        """Whether ``nid`` is of a participant role (``dropout_roles``): the nodes that can be
+        offline and that the round deadline binds."""
+        return role_of(nid) in self.dropout_roles
+
     def offline(self, seed: int, round_: int, nid: str) -> bool:
         """Whether ``nid`` is offline in training round ``round_`` (a function of its arguments)."""
         if nid in self.online_rounds:
             return round_ not in self.online_rounds[nid]
-        if self.dropout <= 0.0 or role_of(nid) not in self.dropout_roles:
+        if self.dropout <= 0.0 or not self.participant(nid):
             return False
         return _unit(seed, "offline", round_, nid) < self.dropout
 

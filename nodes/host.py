@@ -216,11 +216,7 @@ class Host:
                         sum(len(m.payload) for m in inbox.get(n.id, ())),
                         sum(len(m.payload) for m in keep),
                     )
-                    if (
-                        deadline > 0
-                        and t_start + t_n > deadline
-                        and role_of(n.id) in cond.dropout_roles
-                    ):
+                    if deadline > 0 and t_start + t_n > deadline and cond.participant(n.id):
                         late += len(keep)
                         if keep:
                             late_nodes.append(n.id)
