@@ -8,6 +8,13 @@ For a user u with factor p_u, a positive item i and a negative item j (factors q
 
 Averaged over a user's P sampled pairs. The gradients are written out (no autograd) so that many
 users are computed in one vectorised pass whose rows depend only on their own inputs.
+
+Bit-for-bit, too: ATen evaluates element-wise ops in SIMD blocks and, for some ops (``softplus``,
+``sigmoid``, ``log1p``, ``elu``), the elements left over after the last block by a scalar formula
+that can differ in the last bit. An element's result would then depend on where it sits in the
+batch, i.e. on which other users share the pass. ``logsigmoid`` and ``exp`` use the SIMD code
+for the remainder as well, so −ln σ(x) and σ(x) are written with them (tests/test_kernels.py
+checks this on the machine that runs the tests).
 """
 
 from __future__ import annotations
@@ -44,6 +51,16 @@ def sample_pairs(
     return pos, sample_negatives(rng, n_items, positives, count)
 
 
+def neg_log_sigmoid(x: torch.Tensor) -> torch.Tensor:
+    """−ln σ(x) = softplus(−x), element-wise, with the same bits wherever x sits in its tensor."""
+    return -F.logsigmoid(x)
+
+
+def sigmoid(x: torch.Tensor) -> torch.Tensor:
+    """σ(x) = exp(ln σ(x)), element-wise, with the same bits wherever x sits in its tensor."""
+    return torch.exp(F.logsigmoid(x))
+
+
 @dataclass
 class BPRGrads:
     loss: torch.Tensor  # [B]
@@ -57,8 +74,8 @@ def bpr_grads(user: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, reg: flo
     diff = pos - neg
     x = (user[:, None, :] * diff).sum(-1)  # [B, P]
     n_pairs = x.shape[1]
-    loss = F.softplus(-x).mean(1)
-    coef = (-torch.sigmoid(-x) / n_pairs)[:, :, None]  # dL/dx per pair, averaged over pairs
+    loss = neg_log_sigmoid(x).mean(1)
+    coef = (-sigmoid(-x) / n_pairs)[:, :, None]  # dL/dx per pair, averaged over pairs
     g_user = (coef * diff).sum(1) + reg * user
     g_pos = coef * user[:, None, :] + (reg / n_pairs) * pos
     g_neg = -coef * user[:, None, :] + (reg / n_pairs) * neg

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+
+from models.bpr import neg_log_sigmoid
 
 
 def xavier_embeddings(n: int, dim: int, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -111,7 +112,7 @@ def bpr_loss(
     if s_pos is None:
         s_pos = (h_user[:, None, :] * pos).sum(-1)
         s_neg = (h_user[:, None, :] * neg).sum(-1)
-    rank = F.softplus(-(s_pos - s_neg)).mean(1)
+    rank = neg_log_sigmoid(s_pos - s_neg).mean(1)
     l2 = e_user.pow(2).sum(-1) + (pos.pow(2).sum(-1) + neg.pow(2).sum(-1)).mean(1)
     return rank + 0.5 * reg * l2
 

@@ -39,16 +39,6 @@ PARAMS = {
 # 30% of the users away in each round; the server updates E only with >= 4 of the 5 uploads
 CONDITIONS = Conditions(dropout=0.3, min_participants=4)
 
-# The float results of a user's local training can depend on how many users a host trains in one
-# batched pass (see BIT_EXACT in tests/test_fedpergnn_protocol.py: CPU-kernel dependent on some
-# machines); everything integral (who was away, bytes, participants) is compared strictly.
-BIT_EXACT = pytest.mark.xfail(
-    strict=False,
-    reason="FedPerGNN batched vs one-by-one training can differ in the last float bits "
-    "(CPU-kernel dependent, as in tests/test_fedpergnn_protocol.py)",
-)
-
-
 def drive(placement, hosts, inspect=False):
     """ROUNDS rounds under CONDITIONS and an evaluation on a fresh deployment; with ``inspect``
     the messages are tapped and the server's E, every user's set-up state and neighbour view are
@@ -128,7 +118,6 @@ def test_dropout_run_is_the_same_on_any_placement(dropout_runs):
     _check_same_run(base, packed3, "packed3")
 
 
-@BIT_EXACT
 def test_dropout_metrics_are_the_same_on_any_placement(dropout_runs):
     base = dropout_runs["packed1"]
     assert dropout_runs["packed3"]["train"] == base["train"]

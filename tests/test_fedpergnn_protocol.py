@@ -136,18 +136,17 @@ def _users(ds, cfg, seed, ids):
     return nodes
 
 
-BIT_EXACT = pytest.mark.xfail(
-    strict=False,
-    reason="FedPerGNN batched vs one-by-one differs in the last float bits on this VM (AMD EPYC, 2026-11-23), also at commit 5e6606a whose CI passed; not numpy 2.3/2.4 nor PyG 2.7/2.8: CPU-kernel dependent, under investigation",
-)
-
-
-@BIT_EXACT
-def test_batched_training_equals_one_by_one():
-    ds = small_dataset()
-    cfg = build_config(FedPerGNN.Config, BASE)
-    ids = [0, 2, 3, 5, 7]
-    e = np.random.default_rng(0).normal(size=(N_ITEMS, DIM)).astype(np.float32)
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_batched_training_equals_one_by_one(seed):
+    """A user's upload and new embedding do not depend on which users share its batched pass:
+    bit for bit, for batches of 3–29 users whose element counts put each user's pairs at every
+    offset of ATen's SIMD blocks (softplus or sigmoid in the loss failed this: see models/bpr.py)."""
+    n_users, n_items = 40, 60
+    ds = small_dataset(seed=seed, n_users=n_users, n_items=n_items, avg=9)
+    cfg = build_config(FedPerGNN.Config, {**BASE, "negatives": 23})
+    rng = np.random.default_rng(seed)
+    ids = sorted(rng.choice(n_users, size=int(rng.integers(3, 30)), replace=False).tolist())
+    e = rng.normal(size=(n_items, DIM)).astype(np.float32)
     payload = wire.encode_dense(e)
 
     def inbox(n):
@@ -271,7 +270,6 @@ def test_round_bytes_equal_formula(shared_run):
 
 
 @pytest.mark.ray
-@BIT_EXACT
 def test_placement_invariance(ray_local):
     def run(placement, hosts):
         ds = small_dataset(n_users=6, n_items=30)  # dedicated: 6 + 3 actors

@@ -54,10 +54,10 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from cluster import wire
 from cluster.message import node_id
+from models.bpr import neg_log_sigmoid
 from models.fedpergnn_gat import LocalGAT
 from models.lightgcn import build_local_graphs, local_forward
 from nodes.node import Node, NodeContext, decode_shared, expect_kinds, node_seed
@@ -515,7 +515,7 @@ class User(Node):
         hu = h_u.index_select(0, pu)
         x = (hu * e_i).sum(-1) - (hu * e_j).sum(-1)  # score h_u·e_i − h_u·e_j per pair
         count = torch.bincount(pu, minlength=len(nodes)).clamp(min=1).to(x.dtype)
-        per_pair = F.softplus(-x) + 0.5 * s["reg"] * (e_i.pow(2).sum(-1) + e_j.pow(2).sum(-1))
+        per_pair = neg_log_sigmoid(x) + 0.5 * s["reg"] * (e_i.pow(2).sum(-1) + e_j.pow(2).sum(-1))
         loss = torch.zeros(len(nodes)).index_add(0, pu, per_pair) / count
         loss = loss + 0.5 * s["reg"] * user_leaf.pow(2).sum(-1)
         loss.sum().backward()  # the users' graphs are disjoint: row b's gradients are user b's
