@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -138,15 +136,8 @@ def test_load_dataset_synthetic_matches_and_accepts_options():
         synthetic(n_items=1)
 
 
-def test_default_size_is_fast():
-    start = time.perf_counter()
-    synthetic()
-    assert time.perf_counter() - start < 2.0  # < 1 s on an idle machine; margin for a busy one
-
-
 @pytest.mark.slow
-def test_large_world_takes_seconds():
-    start = time.perf_counter()
+def test_large_world():
+    """Generation time: ``python -m benchmarks.data_loading``."""
     d = synthetic(n_users=10_000, n_items=5_000)
-    assert time.perf_counter() - start < 15.0
     assert d.n_users == 10_000 and len(d.train) > 150_000
