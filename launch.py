@@ -278,13 +278,17 @@ def build_compare_parser() -> argparse.ArgumentParser:
 
 def protocol_flags(extras: list[str], config_cls) -> dict:
     """``--some-field VALUE`` / ``--some-field=VALUE`` / ``--flag`` / ``--no-flag`` → {field: value},
-    typed by the protocol's config dataclass; raises ValueError naming an unknown or malformed flag."""
+    typed by the protocol's config dataclass; raises ValueError naming an unknown or malformed flag.
+    An old parameter name (``config_cls.ALIASES``) is kept as given, for build_config to warn."""
     import dataclasses
     import typing
 
     hints = typing.get_type_hints(config_cls)
+    aliases = getattr(config_cls, "ALIASES", {})
+    hints.update({old: hints[new] for old, new in aliases.items()})
     fields = {f.name for f in dataclasses.fields(config_cls)}
     known = ", ".join("--" + f.replace("_", "-") for f in sorted(fields))
+    fields |= set(aliases)
     out: dict = {}
     i = 0
     while i < len(extras):

@@ -41,7 +41,7 @@ ABLATIONS = {
     "bipartite": {"use_bipartite": True},
     "plain_attention": {"interest_attention": False},
     "no_pearson": {"pearson": False},
-    "laplace_sharing": {"sharing": "laplace"},
+    "laplace_sharing": {"mechanism": "laplace"},
     "public_ratio_0.2": {"public_ratio": 0.2},
 }
 # the centralized HyperGNN with parts of DGREC's stage 2 switched: which part caps the model
@@ -68,8 +68,8 @@ HYPERGNN_VARIANTS = {
 # protocol, parameters of the main comparison
 MAIN = {
     "dgrec": ("dgrec", {}),
-    "dlgnn": ("dlgnn", {"sharing": "float"}),
-    "dlgnn_laplace": ("dlgnn", {"sharing": "laplace"}),
+    "dlgnn": ("dlgnn", {"mechanism": "float"}),
+    "dlgnn_laplace": ("dlgnn", {"mechanism": "laplace"}),
 }
 
 

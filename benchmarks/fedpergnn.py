@@ -54,10 +54,10 @@ def oprf_throughput(bits: int, n: int) -> dict:
         "items": n,
         "backend": oprf.BACKEND,
         "user_blind_s": t1 - t0,
-        "keyserver_sign_s": t2 - t1,
+        "key_server_sign_s": t2 - t1,
         "user_finalize_s": t3 - t2,
         "items_per_s": n / total,
-        "keyserver_items_per_s": n / (t2 - t1),
+        "key_server_items_per_s": n / (t2 - t1),
         "gowalla_810k_minutes_one_core": 810_128 / (n / total) / 60,
     }
 
@@ -109,7 +109,7 @@ def oprf_replicas(replicas: list[int], n_users: int, bits: int) -> list[dict]:
     out = []
     for r in replicas:
         proto_cls = get_protocol("fedlightgcn")
-        cfg = build_config(proto_cls.Config, {"keyservers": r, "key_bits": bits})
+        cfg = build_config(proto_cls.Config, {"key_servers": r, "key_bits": bits})
         protocol = proto_cls(ds, cfg, seed=0)
         dep = Deployment(protocol.node_specs(), seed=0, shared=protocol.shared(), hosts=1)
         try:

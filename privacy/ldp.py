@@ -30,13 +30,13 @@ import numpy as np
 import torch
 
 
-def _check_clip_and_scale(delta: float, lam: float) -> tuple[float, float]:
-    delta, lam = float(delta), float(lam)
-    if math.isnan(delta) or delta <= 0.0:
-        raise ValueError(f"clip bound delta must be positive, got {delta!r}")
+def _check_clip_and_scale(clip: float, lam: float) -> tuple[float, float]:
+    clip, lam = float(clip), float(lam)
+    if math.isnan(clip) or clip <= 0.0:
+        raise ValueError(f"clip bound must be positive, got {clip!r}")
     if not math.isfinite(lam) or lam < 0.0:
         raise ValueError(f"Laplace scale lam must be finite and >= 0, got {lam!r}")
-    return delta, lam
+    return clip, lam
 
 
 def _check_generator(generator: torch.Generator) -> None:
@@ -54,7 +54,7 @@ def laplace_noise(
 
 
 def clip_and_laplace(
-    grad: torch.Tensor, delta: float, lam: float, generator: torch.Generator
+    grad: torch.Tensor, clip: float, lam: float, generator: torch.Generator
 ) -> torch.Tensor:
     """clip(g, −δ, δ) + Laplace(0, λ) noise on every coordinate (λ = 0: clipping only).
     Returns a new tensor with ``grad``'s shape, dtype and device."""
@@ -62,8 +62,8 @@ def clip_and_laplace(
         raise ValueError(f"grad must be a torch.Tensor, got {type(grad).__name__}")
     if not grad.is_floating_point():
         raise ValueError(f"grad must be a floating-point tensor, got {grad.dtype}")
-    delta, lam = _check_clip_and_scale(delta, lam)
-    clipped = grad.clamp(-delta, delta)
+    clip, lam = _check_clip_and_scale(clip, lam)
+    clipped = grad.clamp(-clip, clip)
     if lam == 0.0:
         return clipped
     noise = laplace_noise(grad.shape, lam, generator)
@@ -137,14 +137,14 @@ def choose_pseudo_items(
     return torch.tensor(picked, dtype=torch.int64)
 
 
-def laplace_epsilon_per_coordinate(delta: float, lam: float) -> float:
+def laplace_epsilon_per_coordinate(clip: float, lam: float) -> float:
     """ε = 2δ/λ for one clipped coordinate (FedPerGNN's convention); inf when λ = 0."""
-    delta, lam = _check_clip_and_scale(delta, lam)
-    return math.inf if lam == 0.0 else 2.0 * delta / lam
+    clip, lam = _check_clip_and_scale(clip, lam)
+    return math.inf if lam == 0.0 else 2.0 * clip / lam
 
 
-def laplace_epsilon_vector(delta: float, lam: float, n: int) -> float:
+def laplace_epsilon_vector(clip: float, lam: float, n: int) -> float:
     """ε = 2δn/λ for a vector of n clipped coordinates (L1 sensitivity 2δn)."""
     if int(n) < 0:
         raise ValueError(f"number of coordinates n must be >= 0, got {n}")
-    return laplace_epsilon_per_coordinate(delta, lam) * int(n) if n else 0.0
+    return laplace_epsilon_per_coordinate(clip, lam) * int(n) if n else 0.0

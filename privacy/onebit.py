@@ -2,8 +2,8 @@
 (Zheng et al., "Decentralized Graph Neural Network for Privacy-Preserving Recommendation",
 CIKM 2023, §3.3, eq. 5 and eq. 6).
 
-Every element g of a gradient is clipped to [−δ, δ] and sent as one bit x* ∈ {−1, +1} with
-(eq. 5, binary randomized response with strength β)
+Every element g of a gradient is clipped to [−δ, δ] (δ: the ``clip`` argument) and sent as one
+bit x* ∈ {−1, +1} with (eq. 5, binary randomized response with strength β)
 
     P[x* = +1 | g] = 1/2 + (g / δ) · (e^β − 1) / (2 (e^β + 1)),      g ← clip(g, −δ, δ)
     P[x* = −1 | g] = 1 − P[x* = +1 | g],
@@ -31,19 +31,19 @@ import torch
 ArrayLike = np.ndarray | torch.Tensor
 
 
-def _check_params(delta: float, beta: float) -> tuple[float, float]:
-    delta, beta = float(delta), float(beta)
-    if not math.isfinite(delta) or delta <= 0.0:
-        raise ValueError(f"clip bound delta must be a finite positive number, got {delta!r}")
+def _check_params(clip: float, beta: float) -> tuple[float, float]:
+    clip, beta = float(clip), float(beta)
+    if not math.isfinite(clip) or clip <= 0.0:
+        raise ValueError(f"clip bound must be a finite positive number, got {clip!r}")
     if not math.isfinite(beta) or beta <= 0.0:
         raise ValueError(f"privacy strength beta must be a finite positive number, got {beta!r}")
-    return delta, beta
+    return clip, beta
 
 
-def onebit_scale(delta: float, beta: float) -> float:
+def onebit_scale(clip: float, beta: float) -> float:
     """Decoding scale δ (e^β + 1) / (e^β − 1) of eq. 6 (also the magnitude of one decoded bit)."""
-    delta, beta = _check_params(delta, beta)
-    return delta / math.tanh(beta / 2.0)  # (e^β + 1)/(e^β − 1) = coth(β/2), stable for small β
+    clip, beta = _check_params(clip, beta)
+    return clip / math.tanh(beta / 2.0)  # (e^β + 1)/(e^β − 1) = coth(β/2), stable for small β
 
 
 def onebit_epsilon(beta: float) -> float:
@@ -52,26 +52,26 @@ def onebit_epsilon(beta: float) -> float:
     return float(beta)
 
 
-def onebit_probability(grad: ArrayLike, delta: float, beta: float) -> ArrayLike:
+def onebit_probability(grad: ArrayLike, clip: float, beta: float) -> ArrayLike:
     """P[x* = +1 | g] of eq. 5 for every element of ``grad`` (after clipping to [−δ, δ]);
     same container type as ``grad`` (float64 for numpy, the input's float dtype for torch)."""
-    delta, beta = _check_params(delta, beta)
+    clip, beta = _check_params(clip, beta)
     half_gap = math.tanh(beta / 2.0) / 2.0  # (e^β − 1) / (2 (e^β + 1))
     if isinstance(grad, torch.Tensor):
         if not torch.is_floating_point(grad):
             raise ValueError(f"gradient must be a float tensor, got {grad.dtype}")
         if not torch.isfinite(grad).all():
             raise ValueError("gradient contains NaN or infinity")
-        return 0.5 + grad.clamp(-delta, delta) / delta * half_gap
+        return 0.5 + grad.clamp(-clip, clip) / clip * half_gap
     arr = np.asarray(grad, dtype=np.float64)
     if not np.isfinite(arr).all():
         raise ValueError("gradient contains NaN or infinity")
-    return 0.5 + np.clip(arr, -delta, delta) / delta * half_gap
+    return 0.5 + np.clip(arr, -clip, clip) / clip * half_gap
 
 
 def encode_onebit(
     grad: ArrayLike,
-    delta: float,
+    clip: float,
     beta: float,
     generator: np.random.Generator | torch.Generator | None,
 ) -> ArrayLike:
@@ -79,7 +79,7 @@ def encode_onebit(
     1/2 + (g/δ)(e^β − 1)/(2(e^β + 1)), else −1. Returns int8 ±1 of ``grad``'s shape: a numpy
     array for numpy input (``generator`` must be a ``np.random.Generator``), a torch tensor on
     ``grad``'s device for torch input (``generator`` a ``torch.Generator`` or None)."""
-    p_plus = onebit_probability(grad, delta, beta)
+    p_plus = onebit_probability(grad, clip, beta)
     if isinstance(p_plus, torch.Tensor):
         if generator is not None and not isinstance(generator, torch.Generator):
             raise ValueError("a torch gradient needs a torch.Generator (or None)")
@@ -91,11 +91,11 @@ def encode_onebit(
     return np.where(u < p_plus, 1, -1).astype(np.int8)
 
 
-def decode_onebit_mean(bits: ArrayLike, delta: float, beta: float) -> ArrayLike:
+def decode_onebit_mean(bits: ArrayLike, clip: float, beta: float) -> ArrayLike:
     """Eq. 6: from ``bits`` [k, n] (k encoded vectors of the same n coordinates, entries ±1; a
     1-D [n] input is one vector) return float32 [n] = δ(e^β+1)/(e^β−1) · mean over k, the
     unbiased estimate of the mean of the k clipped gradients. Same container type as ``bits``."""
-    scale = onebit_scale(delta, beta)
+    scale = onebit_scale(clip, beta)
     if isinstance(bits, torch.Tensor):
         b = bits if bits.dim() == 2 else bits.reshape(1, -1)
         if bits.dim() not in (1, 2) or b.shape[0] == 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+import warnings
 from typing import Any, ClassVar
 
 import numpy as np
@@ -26,10 +27,22 @@ class UnsuitableDataError(ValueError):
     """The dataset lacks a signal the protocol needs (ratings, links, timestamps, ...)."""
 
 
+class RenamedParameterWarning(FutureWarning):
+    """A protocol parameter was given under its old name (see ``ProtocolConfig.ALIASES``); a
+    FutureWarning, so that the command line shows it."""
+
+
 @dataclasses.dataclass
 class ProtocolConfig:
     """Base of every protocol's parameters. Subclasses add fields with defaults and ranges in
-    ``check()``; any field can be set from ``--config FILE.toml``."""
+    ``check()``; any field can be set from ``--config FILE.toml``.
+
+    One vocabulary across protocols: ``clip`` (clipping bound), ``privacy_delta`` (δ of the DP
+    guarantee), ``mechanism`` (the privacy mechanism switch), ``l2`` (L2 regularization weight),
+    ``key_server`` (the key-server role). ``ALIASES`` maps a subclass's old parameter names to
+    the new ones: :func:`build_config` still takes them, with a :class:`RenamedParameterWarning`."""
+
+    ALIASES: ClassVar[dict[str, str]] = {}  # old parameter name -> field name
 
     eval_every: int = 0  # evaluate every N rounds (0: only at the end)
     eval_k: int = 20
@@ -52,12 +65,29 @@ def sample_participants(rng: np.random.Generator, users: np.ndarray, per_round: 
     return users
 
 
+def resolve_aliases(cls: type[ProtocolConfig], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``overrides`` with every old parameter name of ``cls.ALIASES`` replaced by its new name,
+    warning once per old name; a parameter given under both names is a ConfigError."""
+    out = dict(overrides)
+    for old, new in cls.ALIASES.items():
+        if old not in out:
+            continue
+        if new in overrides:
+            raise ConfigError(f"{new}: given twice, as {new!r} and under its old name {old!r}")
+        warnings.warn(
+            f"{cls.__name__}: parameter {old!r} is now {new!r}", RenamedParameterWarning, 2
+        )
+        out[new] = out.pop(old)
+    return out
+
+
 def build_config(cls: type[ProtocolConfig], overrides: dict[str, Any]) -> ProtocolConfig:
-    """Make ``cls`` from defaults and ``overrides``, checking names, types and ranges."""
+    """Make ``cls`` from defaults and ``overrides``, checking names, types and ranges; old
+    parameter names (``cls.ALIASES``) are taken with a warning."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     values = {}
-    for key, value in overrides.items():
+    for key, value in resolve_aliases(cls, overrides).items():
         if key not in fields:
             raise ConfigError(
                 f"{key}: unknown parameter for {cls.__name__} (known: {', '.join(sorted(fields))})"

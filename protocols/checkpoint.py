@@ -16,7 +16,7 @@ from pathlib import Path
 
 CHECKPOINT_NAME = "checkpoint.pkl"
 PREVIOUS_NAME = "checkpoint.prev.pkl"
-FORMAT = 1
+FORMAT = 2  # 2: protocol parameters renamed (issue 15); a format-1 checkpoint does not resume
 
 
 class CheckpointError(ValueError):

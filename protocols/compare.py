@@ -344,7 +344,7 @@ def protocol_row(summary: dict, seconds_total: float) -> dict:
     rounds = max(1, int(summary["rounds"]))
     by_kind = summary.get("bytes_by_kind") or {}
     eps = privacy.get("epsilon")
-    delta = privacy.get("delta", privacy.get("privacy_delta"))
+    delta = privacy.get("privacy_delta")
     wall = summary.get("wall_seconds")
     return {
         "status": "ok",

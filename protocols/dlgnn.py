@@ -7,14 +7,14 @@ mean), with two differences:
 * the local model is LightGCN on the user's ego graph u – I_u (models/dgrec.py DLGNNUserModel):
   a private user embedding that never leaves the user, and a copy of the item table whose
   gradients are the shared vector (n_s = n_items · d); no publicized items are used or sent;
-* the shared gradients are raw float32 vectors (``sharing = "float"``, no privacy), or clipped to
-  [−δ, δ] with Laplace(λ) noise added (``sharing = "laplace"``, λ = 2δ/β by default: ε = β per
-  element, as DGREC's one-bit encoder) — "DLGNN with Laplace noise".
+* the shared gradients are raw float32 vectors (``mechanism = "float"``, no privacy), or clipped to
+  [−δ, δ] (δ = ``clip``) with Laplace(λ) noise added (``mechanism = "laplace"``, λ = 2δ/β by
+  default: ε = β per element, as DGREC's one-bit encoder) — "DLGNN with Laplace noise".
 
 Absent peers are handled as in DGREC (protocols/dgrec/protocol.py): only reachable neighbours are
 sampled, and each member averages the gradients that reached it.
 
-    python launch.py --protocol dlgnn --dataset ml-100k --rounds 100 [--sharing laplace]
+    python launch.py --protocol dlgnn --dataset ml-100k --rounds 100 [--mechanism laplace]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from protocols.dgrec.protocol import DGREC, DGRECConfig
 @dataclasses.dataclass
 class DLGNNConfig(DGRECConfig):
     model: str = "lightgcn"
-    sharing: str = "float"
+    mechanism: str = "float"
     use_public: bool = False
 
 

@@ -29,6 +29,7 @@ occupation). Evaluation is local: each user ranks with p_u·Q_u and reports; no 
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -47,11 +48,13 @@ from protocols.sparse_rows import decode_rows, encode_rows
 
 @dataclasses.dataclass
 class DMFConfig(ProtocolConfig):
+    ALIASES: ClassVar[dict[str, str]] = {"reg": "l2"}
+
     dim: int = 32
     pairs: int = 32
     lr: float = 0.05
     neighbour_weight: float = 1.0
-    reg: float = 1e-4
+    l2: float = 1e-4
     init_std: float = 0.1
     # k of data/graphs.py: on ml-100k, k=40 with one hop (recall@20 0.152 after 150 rounds) beats
     # k=10 with one hop (0.126) and matches k=10 with two hops (0.146 after 60) at a quarter of the cost
@@ -115,7 +118,7 @@ class DMFUser(Node):
             self.factor[None],
             q[torch.from_numpy(pos)][None],
             q[torch.from_numpy(neg)][None],
-            s["reg"],
+            s["l2"],
         )
         ids = np.concatenate([pos, neg])
         rows = torch.cat([g.pos_items[0], g.neg_items[0]])

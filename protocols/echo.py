@@ -5,7 +5,7 @@ The server holds a vector ``w`` of ``dim`` float32 (zeros at the start). One rou
 
 1. ``download``  the server sends ``w`` (dense fp32) to every user.
 2. ``echo``      user ``u`` returns ``w + δ_u`` with the fixed client-specific scalar
-                 ``δ_u = delta · ((u mod 100) + 1)``; all users of a host in one vectorised pass.
+                 ``δ_u = increment · ((u mod 100) + 1)``; all users of a host in one vectorised pass.
 3. ``aggregate`` the server sets ``w`` to the mean of the vectors that arrived (summed in sender
                  order). Offline users never answer; with fewer than ``min_participants`` uploads
                  the server keeps ``w`` and reports ``skipped``.
@@ -18,6 +18,7 @@ frameworks running the same workload.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
@@ -31,15 +32,17 @@ from protocols.base import Protocol, ProtocolConfig, require
 SERVER = node_id("server", 0)
 
 
-def client_delta(user: int, delta: float) -> float:
+def client_delta(user: int, increment: float) -> float:
     """The scalar user ``user`` adds to every entry of the vector it received."""
-    return delta * ((user % 100) + 1)
+    return increment * ((user % 100) + 1)
 
 
 @dataclasses.dataclass
 class EchoConfig(ProtocolConfig):
+    ALIASES: ClassVar[dict[str, str]] = {"delta": "increment"}
+
     dim: int = 10000
-    delta: float = 1e-3
+    increment: float = 1e-3  # δ_u = increment · ((u mod 100) + 1)
 
     def check(self) -> None:
         super().check()
@@ -81,7 +84,7 @@ class EchoUser(Node):
 
     def __init__(self, nid: str, ctx: NodeContext, user: int):
         super().__init__(nid, ctx)
-        self.delta = np.float32(client_delta(user, ctx.shared["delta"]))
+        self.delta = np.float32(client_delta(user, ctx.shared["increment"]))
 
     @classmethod
     def handle_batch(cls, nodes, phase, inboxes) -> None:

@@ -22,6 +22,7 @@ ledgered as evaluation, apart from protocol traffic.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -41,12 +42,14 @@ SERVER = node_id("server", 0)
 
 @dataclasses.dataclass
 class FedMFConfig(ProtocolConfig):
+    ALIASES: ClassVar[dict[str, str]] = {"reg": "l2"}
+
     dim: int = 64
     users_per_round: int = 256  # |Ū|; 0 = every user every round
     pairs: int = 32  # P (positive, negative) pairs per sampled user per round
     lr_user: float = 0.5  # local SGD on p_u
     lr_item: float = 0.02  # server Adam on Q
-    reg: float = 1e-4  # α
+    l2: float = 1e-4  # α
     init_std: float = 0.1
 
     def check(self) -> None:
@@ -55,7 +58,7 @@ class FedMFConfig(ProtocolConfig):
         require(self.users_per_round >= 0, "users_per_round", "must be >= 0")
         require(self.pairs >= 1, "pairs", "must be >= 1")
         require(self.lr_user > 0 and self.lr_item > 0, "lr_user/lr_item", "must be > 0")
-        require(self.reg >= 0, "reg", "must be >= 0")
+        require(self.l2 >= 0, "l2", "must be >= 0")
         require(self.init_std > 0, "init_std", "must be > 0")
 
 
@@ -138,7 +141,7 @@ class FedMFUser(Node):
             pos_f = q[torch.from_numpy(np.stack([p for p, _ in pairs]))]
             neg_f = q[torch.from_numpy(np.stack([g for _, g in pairs]))]
         users = torch.stack([n.factor for n in nodes])
-        g = bpr_grads(users, pos_f, neg_f, s["reg"])
+        g = bpr_grads(users, pos_f, neg_f, s["l2"])
         new_users = users - s["lr_user"] * g.user
         for b, n in enumerate(nodes):
             n.factor = new_users[b].clone()

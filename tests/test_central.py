@@ -132,7 +132,7 @@ def test_launch_writes_a_summary_with_the_metrics(ray_local, tmp_path, capsys):
     assert 0 < summary["metrics"]["rmse"] < 5 and "global_mean_rmse" in summary["metrics"]
     config = json.loads((run_dir / "config.json").read_text())["protocol_config"]
     # unset hyper-parameters resolved to the VerFedGNN paper's: D = 6, K = 2, λ = 1e-3
-    assert (config["model"], config["dim"], config["layers"], config["reg"]) == ("gcn", 6, 2, 1e-3)
+    assert (config["model"], config["dim"], config["layers"], config["l2"]) == ("gcn", 6, 2, 1e-3)
     assert (config["lr"], config["batch_size"]) == (0.5, 32)
 
 
@@ -141,7 +141,7 @@ def test_launch_writes_a_summary_with_the_metrics(ray_local, tmp_path, capsys):
 
 def test_defaults_are_each_papers_settings():
     c = build_config(CentralConfig, {})
-    assert (c.model, c.dim, c.layers, c.lr, c.reg, c.batch_size) == (
+    assert (c.model, c.dim, c.layers, c.lr, c.l2, c.batch_size) == (
         "lightgcn",
         64,
         2,
@@ -150,7 +150,7 @@ def test_defaults_are_each_papers_settings():
         2048,
     )
     c = build_config(CentralConfig, {"model": "gat"})
-    assert (c.dim, c.layers, c.lr, c.reg) == (6, 2, 0.05, 1e-3)
+    assert (c.dim, c.layers, c.lr, c.l2) == (6, 2, 0.05, 1e-3)
     c = build_config(CentralConfig, {"model": "dipsgnn"})
     assert (c.dim, c.user_dim, c.layers, c.lr, c.batch_size) == (100, 50, 1, 1e-3, 100)
     assert build_config(CentralConfig, {"model": "bprmf"}).layers == 0

@@ -21,6 +21,7 @@ from protocols.compare import (
     paper_figure,
     parse_label,
     plan,
+    protocol_row,
     render_markdown,
 )
 
@@ -112,6 +113,13 @@ def test_main_metric_and_paper_figures():
     assert paper_figure({"epsilon_per_coordinate_thesis": 100.0})["value"] == 100.0
     assert paper_figure({"paper_delta_per_release": 1 / 3})["what"].startswith("δ")
     assert paper_figure({"epsilon": 1.0}) is None
+
+
+def test_protocol_row_reads_the_privacy_delta_of_the_summary():
+    summary = {"rounds": 2, "bytes_total": 10, "metrics": {}}
+    privacy = {"epsilon": 1.0, "privacy_delta": 1e-5}
+    assert protocol_row({**summary, "privacy": privacy}, 1.0)["delta"] == 1e-5
+    assert protocol_row({**summary, "privacy": {"epsilon": 1.0}}, 1.0)["delta"] is None
 
 
 def test_compare_refuses_bad_input_in_one_line(capsys, tmp_path):

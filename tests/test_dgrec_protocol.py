@@ -210,7 +210,7 @@ def test_no_public_items_sent_without_neighbour_items(ray_local):
 
 
 @pytest.mark.parametrize(
-    "cls,sharing",
+    "cls,mechanism",
     [
         (DGREC, "onebit"),
         # the same choreography with another encoder (slow: keeps issue 14's FedLightGCN kill
@@ -219,8 +219,8 @@ def test_no_public_items_sent_without_neighbour_items(ray_local):
         pytest.param(DLGNN, "laplace", marks=pytest.mark.slow),  # same choreography as DGREC's
     ],
 )
-def test_placement_invariance(ray_local, cls, sharing):
-    params, ds = {"sharing": sharing}, small_dataset(n_users=8)
+def test_placement_invariance(ray_local, cls, mechanism):
+    params, ds = {"mechanism": mechanism}, small_dataset(n_users=8)
     runs = [
         run(params, p, h, dataset=ds, cls=cls)
         for p, h in (("dedicated", 1), ("packed", 1), ("packed", 3))
@@ -261,10 +261,10 @@ def test_checkpoint_holds_each_users_parameters_once(ray_local, cls):
     assert stored < ds.n_users * 2 * model_bytes, (stored, ds.n_users * model_bytes)
 
 
-@pytest.mark.parametrize("sharing", ["float", "laplace"])
-def test_dlgnn_shares_item_table_gradients_and_keeps_the_user_embedding(ray_local, sharing):
+@pytest.mark.parametrize("mechanism", ["float", "laplace"])
+def test_dlgnn_shares_item_table_gradients_and_keeps_the_user_embedding(ray_local, mechanism):
     ds = small_dataset()
-    out = run({"sharing": sharing}, rounds=2, dataset=ds, tap=True, inspect=True, cls=DLGNN)
+    out = run({"mechanism": mechanism}, rounds=2, dataset=ds, tap=True, inspect=True, cls=DLGNN)
     protocol = out["protocol"]
     assert protocol.n_s == ds.n_items * SMALL["dim"]  # the item table only, no user embedding
     kinds = {m.kind for m in out["tapped"]}
@@ -279,7 +279,7 @@ def test_dlgnn_shares_item_table_gradients_and_keeps_the_user_embedding(ray_loca
             assert vec.shape == (protocol.n_s,) and vec.dtype == np.float32
     assert origins_seen
     grads = [wire.decode_dense(enc) for m in shares for _, enc in decode_share(m.payload)]
-    if sharing == "float":  # raw gradients: rows of items a user never touched are exactly 0
+    if mechanism == "float":  # raw gradients: rows of items a user never touched are exactly 0
         assert any((g.reshape(ds.n_items, -1) == 0).all(axis=1).any() for g in grads)
     else:  # clipped + Laplace: every element is noisy
         assert all(np.count_nonzero(g) == g.size for g in grads)
@@ -327,7 +327,7 @@ def test_small_synthetic_run_beats_popularity(ray_local):
 @pytest.mark.parametrize(
     "key,value",
     [
-        ("sharing", "gauss"),
+        ("mechanism", "gauss"),
         ("hops", 0),
         ("n_u", 0),
         ("public_ratio", 1.5),

@@ -62,7 +62,7 @@ def run(params, placement="packed", hosts=1, rounds=2, dataset=None, tap=False, 
 
 def test_registered_and_bad_config():
     assert get_protocol("dipsgnn") is DIPSGNNProtocol
-    for key, value in [("eps2", 0.0), ("delta", 1.0), ("max_len", 2), ("accountant", "x")]:
+    for key, value in [("eps2", 0.0), ("privacy_delta", 1.0), ("max_len", 2), ("accountant", "x")]:
         with pytest.raises(ConfigError, match=key):
             build_config(DIPSGNNProtocol.Config, {key: value})
     cfg = build_config(DIPSGNNProtocol.Config, {"features": "age,shoe_size"})
@@ -132,7 +132,7 @@ def test_held_out_items_and_sequences(ray_local):
 
 
 def test_sigma_is_calibrated_for_the_counted_releases(ray_local):
-    params = {**SMALL, "eps2": 4.0, "delta": 1e-5, "steps": 2, "max_edge_weight": 2.0}
+    params = {**SMALL, "eps2": 4.0, "privacy_delta": 1e-5, "steps": 2, "max_edge_weight": 2.0}
     out = run(params, rounds=3)
     cfg = build_config(DIPSGNNProtocol.Config, params)
     n = (train_length(cfg.max_len) - 2) * cfg.steps * cfg.epochs
@@ -225,7 +225,7 @@ def test_edgerand_sigma_and_budget(ray_local):
     out = run(params, rounds=2)
     cfg = build_config(DIPSGNNProtocol.Config, params)
     n = train_length(cfg.max_len) - 2  # each prefix graph is released once, whatever the epochs
-    sigma = calibrate_sigma(5.0, cfg.delta, n, cfg.max_edge_weight)
+    sigma = calibrate_sigma(5.0, cfg.privacy_delta, n, cfg.max_edge_weight)
     assert out["state"]["sigma"] == pytest.approx(sigma, rel=1e-12)
     assert out["state"]["model_sigma"] == 0.0  # no noise in the aggregation
     priv = out["privacy"]

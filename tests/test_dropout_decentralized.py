@@ -223,17 +223,15 @@ def test_status_waits_for_an_offline_neighbour_and_reaches_it_when_back():
 
 
 # --------------------------------------------------------------------------------------------- 3
-@pytest.mark.parametrize("sharing", ["onebit", "float"])
-def test_decoding_divides_by_the_gradients_held(sharing):
-    s = {"sharing": sharing, "delta": 0.1, "beta": 1.0}
+@pytest.mark.parametrize("mechanism", ["onebit", "float"])
+def test_decoding_divides_by_the_gradients_held(mechanism):
+    s = {"mechanism": mechanism, "clip": 0.1, "beta": 1.0}
     gen = torch.Generator().manual_seed(0)
     grads = [torch.randn(50, generator=gen) * 0.05 for _ in range(3)]
-    if sharing == "onebit":
-        codes = [encode_onebit(g, s["delta"], s["beta"], gen) for g in grads]
+    if mechanism == "onebit":
+        codes = [encode_onebit(g, s["clip"], s["beta"], gen) for g in grads]
         encoded = [wire.encode_signs(c) for c in codes]
-        vectors = [
-            c.numpy().astype(np.float64) * onebit_scale(s["delta"], s["beta"]) for c in codes
-        ]
+        vectors = [c.numpy().astype(np.float64) * onebit_scale(s["clip"], s["beta"]) for c in codes]
     else:
         encoded = [wire.encode_dense(g.numpy()) for g in grads]
         vectors = [g.numpy().astype(np.float64) for g in grads]

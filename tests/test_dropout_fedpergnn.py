@@ -39,6 +39,7 @@ PARAMS = {
 # 30% of the users away in each round; the server updates E only with >= 4 of the 5 uploads
 CONDITIONS = Conditions(dropout=0.3, min_participants=4)
 
+
 def drive(placement, hosts, inspect=False):
     """ROUNDS rounds under CONDITIONS and an evaluation on a fresh deployment; with ``inspect``
     the messages are tapped and the server's E, every user's set-up state and neighbour view are
@@ -193,10 +194,10 @@ def test_no_item_id_leaves_a_device_in_the_clear(dropout_runs):
     protocol, tapped = dropout_runs["packed1"]["protocol"], dropout_runs["packed1"]["tapped"]
     train = protocol.train_items
     kinds = {(m.src.split("/")[0], m.dst.split("/")[0], m.kind) for m in tapped}
-    assert ("user", "keyserver", "oprf_key_request") in kinds
+    assert ("user", "key_server", "oprf_key_request") in kinds
     assert {k for k in kinds if k[0] == "user"} == {
-        ("user", "keyserver", "oprf_key_request"),
-        ("user", "keyserver", "oprf_blinded"),
+        ("user", "key_server", "oprf_key_request"),
+        ("user", "key_server", "oprf_blinded"),
         ("user", "matcher", "expand_request"),
         ("user", "server", "item_grads"),
     }

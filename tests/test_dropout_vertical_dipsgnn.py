@@ -239,13 +239,15 @@ def test_dipsgnn_accountant_counts_only_releases_that_happened(ray_local):
         assert acc["epsilon1_features"] == (c.eps1 if first >= 0 else 0.0)
         releases = int(proto.edge_prefixes[row]) * c.steps * epochs
         assert acc["releases_per_edge"] == releases
-        assert acc["epsilon2"] == spent_epsilon(proto.sigma, proto.sensitivity, releases, c.delta)
+        assert acc["epsilon2"] == spent_epsilon(
+            proto.sigma, proto.sensitivity, releases, c.privacy_delta
+        )
         # the same user had it uploaded in round 0 (its data held for every epoch)
         full[u] = spent_epsilon(
             proto.sigma,
             proto.sensitivity,
             int(proto.edge_prefixes[row]) * c.steps * ROUNDS,
-            c.delta,
+            c.privacy_delta,
         )
         if first == 0:
             assert acc["epsilon2"] == full[u]  # offline later (users 5, 7): nothing saved

@@ -191,13 +191,13 @@ def test_server_dense_step_averages():
         gat_steps.step_on_mean_dense(flat, opt, [np.zeros(2)])
 
 
-def test_gat_needs_ratings_and_checks_keyservers():
+def test_gat_needs_ratings_and_checks_key_servers():
     ds = synthetic(n_users=10, n_items=40, avg_interactions=6, seed=0)
     implicit = type(ds)(**{**ds.__dict__, "train": type(ds.train)(ds.train.user, ds.train.item)})
     with pytest.raises(ValueError, match="explicit ratings"):
         FedPerGNN(implicit, build_config(FedPerGNN.Config, BASE), seed=0)
-    with pytest.raises(ConfigError, match="keyservers"):
-        build_config(FedPerGNN.Config, {**BASE, "keyservers": 0})
+    with pytest.raises(ConfigError, match="key_servers"):
+        build_config(FedPerGNN.Config, {**BASE, "key_servers": 0})
 
 
 # --------------------------------------------------------------------------- Ray
@@ -217,7 +217,7 @@ def _run(ds, params, placement="packed", hosts=1, rounds=2, tap=False):
         dep.close()
 
 
-ATTACKS = {"keyservers": 2, "attack_gradient_inference": True, "attack_dictionary": True}
+ATTACKS = {"key_servers": 2, "attack_gradient_inference": True, "attack_dictionary": True}
 
 
 def test_tapped_gat_run_bytes_and_privacy(ray_local):

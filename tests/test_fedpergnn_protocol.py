@@ -301,9 +301,9 @@ def test_no_raw_item_id_in_any_message(shared_run):
     train = protocol.train_items
     kinds = {(m.src.split("/")[0], m.dst.split("/")[0], m.kind) for m in tapped}
     assert kinds == {
-        ("keyserver", "user", "oprf_public_key"),
-        ("user", "keyserver", "oprf_blinded"),
-        ("keyserver", "user", "oprf_signed"),
+        ("key_server", "user", "oprf_public_key"),
+        ("user", "key_server", "oprf_blinded"),
+        ("key_server", "user", "oprf_signed"),
         ("user", "matcher", "expand_request"),
         ("matcher", "user", "expand_reply"),
         ("server", "user", "item_embeddings"),

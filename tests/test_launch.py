@@ -118,8 +118,8 @@ def test_protocol_flags_are_typed_by_the_config_and_override_the_file(tmp_path):
         ["--protocol", "dgrec", "--public-ratio", "0.2", "--use-bipartite", "--no-pearson"]
     )
     assert params == {"public_ratio": 0.2, "use_bipartite": True, "pearson": False}
-    _, _, params, _, _ = launch.parse(["--protocol", "dgrec", "--sharing", "laplace"])
-    assert params == {"sharing": "laplace"}
+    _, _, params, _, _ = launch.parse(["--protocol", "dgrec", "--mechanism", "laplace"])
+    assert params == {"mechanism": "laplace"}
 
 
 @pytest.mark.parametrize(

@@ -20,15 +20,15 @@ from privacy.onebit import (
 @pytest.mark.parametrize("beta", [0.5, 1.0, 3.0])
 def test_decoded_mean_is_unbiased_for_mean_of_clipped_gradients(beta: float) -> None:
     rng = np.random.default_rng(7)
-    delta, k, n = 0.3, 4000, 64
+    clip, k, n = 0.3, 4000, 64
     centres = np.linspace(-0.4, 0.4, n)  # many elements lie outside [−δ, δ]
     grads = rng.normal(centres, 0.25, size=(k, n))
-    bits = encode_onebit(grads, delta, beta, rng)
-    estimate = decode_onebit_mean(bits, delta, beta).astype(np.float64)
-    clipped = np.clip(grads, -delta, delta)
+    bits = encode_onebit(grads, clip, beta, rng)
+    estimate = decode_onebit_mean(bits, clip, beta).astype(np.float64)
+    clipped = np.clip(grads, -clip, clip)
     target = clipped.mean(axis=0)
     # Var of one decoded element given g is scale² − g²; the k sources are independent.
-    scale = onebit_scale(delta, beta)
+    scale = onebit_scale(clip, beta)
     std_err = np.sqrt((scale**2 - clipped**2).sum(axis=0)) / k
     z = (estimate - target) / std_err
     assert np.abs(z).max() < 4.0
@@ -39,14 +39,14 @@ def test_decoded_mean_is_unbiased_for_mean_of_clipped_gradients(beta: float) -> 
 
 def test_torch_path_is_unbiased_and_keeps_device_and_dtype() -> None:
     gen = torch.Generator().manual_seed(3)
-    delta, beta, k = 1.0, 1.0, 20000
+    clip, beta, k = 1.0, 1.0, 20000
     g = torch.tensor([-2.0, -0.5, 0.0, 0.25, 0.9, 5.0])
-    bits = encode_onebit(g.expand(k, -1).contiguous(), delta, beta, gen)
+    bits = encode_onebit(g.expand(k, -1).contiguous(), clip, beta, gen)
     assert bits.dtype == torch.int8 and bits.shape == (k, 6)
-    est = decode_onebit_mean(bits, delta, beta)
+    est = decode_onebit_mean(bits, clip, beta)
     assert est.dtype == torch.float32
-    clipped = g.clamp(-delta, delta)
-    se = torch.sqrt(onebit_scale(delta, beta) ** 2 - clipped**2) / math.sqrt(k)
+    clipped = g.clamp(-clip, clip)
+    se = torch.sqrt(onebit_scale(clip, beta) ** 2 - clipped**2) / math.sqrt(k)
     assert (torch.abs(est - clipped) / se).max() < 4.0
 
 
@@ -61,15 +61,15 @@ def test_bits_are_plus_minus_one_only() -> None:
 
 @pytest.mark.parametrize("beta", [0.1, 1.0, 4.0])
 def test_epsilon_equals_beta_and_bounds_every_probability_ratio(beta: float) -> None:
-    delta = 0.5
+    clip = 0.5
     assert onebit_epsilon(beta) == beta
-    extremes = onebit_probability(np.array([-delta, delta]), delta, beta)
+    extremes = onebit_probability(np.array([-clip, clip]), clip, beta)
     # the extreme inputs attain the bound exactly, for both outputs
     assert extremes[1] / extremes[0] == pytest.approx(math.exp(beta), rel=1e-12)
     assert (1 - extremes[0]) / (1 - extremes[1]) == pytest.approx(math.exp(beta), rel=1e-12)
     # no pair of inputs (including ones outside the clip range) exceeds it
-    g = np.linspace(-3 * delta, 3 * delta, 301)
-    p = onebit_probability(g, delta, beta)
+    g = np.linspace(-3 * clip, 3 * clip, 301)
+    p = onebit_probability(g, clip, beta)
     for out in (p, 1 - p):
         ratio = out[:, None] / out[None, :]
         assert ratio.max() <= math.exp(onebit_epsilon(beta)) * (1 + 1e-12)
@@ -77,8 +77,8 @@ def test_epsilon_equals_beta_and_bounds_every_probability_ratio(beta: float) -> 
 
 def test_empirical_frequencies_match_eq5_at_the_extremes() -> None:
     rng = np.random.default_rng(11)
-    delta, beta, k = 1.0, 1.5, 40000
-    bits = encode_onebit(np.array([[delta, -delta]]).repeat(k, axis=0), delta, beta, rng)
+    clip, beta, k = 1.0, 1.5, 40000
+    bits = encode_onebit(np.array([[clip, -clip]]).repeat(k, axis=0), clip, beta, rng)
     freq_plus = (bits == 1).mean(axis=0)
     expected = np.array([math.exp(beta), 1.0]) / (math.exp(beta) + 1.0)
     se = np.sqrt(expected * (1 - expected) / k)
@@ -86,15 +86,15 @@ def test_empirical_frequencies_match_eq5_at_the_extremes() -> None:
 
 
 def test_clipping_makes_large_gradients_indistinguishable_from_the_bound() -> None:
-    delta, beta = 0.2, 1.0
-    p = onebit_probability(np.array([delta, 7.0, -delta, -1e6]), delta, beta)
+    clip, beta = 0.2, 1.0
+    p = onebit_probability(np.array([clip, 7.0, -clip, -1e6]), clip, beta)
     assert p[0] == p[1] and p[2] == p[3]
     assert p[0] == pytest.approx(math.exp(beta) / (math.exp(beta) + 1))
 
 
 def test_bad_input_gives_clear_errors() -> None:
     rng = np.random.default_rng(0)
-    with pytest.raises(ValueError, match="delta"):
+    with pytest.raises(ValueError, match="clip"):
         encode_onebit(np.zeros(3), 0.0, 1.0, rng)
     with pytest.raises(ValueError, match="beta"):
         encode_onebit(np.zeros(3), 1.0, -1.0, rng)

@@ -68,7 +68,7 @@ def plot_rows(rounds=5, eps=None, paper=None, metric="recall@20", bytes_per_roun
         if eps is not None:
             privacy = {"epsilon": eps * (rnd + 1), "epsilon_per_coordinate_thesis": paper}
         if delta is not None:
-            privacy = {"epsilon": 0.0, "delta": min(1.0, delta * (rnd + 1))}
+            privacy = {"epsilon": 0.0, "privacy_delta": min(1.0, delta * (rnd + 1))}
             privacy["paper_delta_composed"] = min(1.0, delta / 2 * (rnd + 1))
         rows.append(
             {

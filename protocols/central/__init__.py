@@ -21,7 +21,7 @@ its loss; evaluation (``eval``) asks it for the test metrics. Models (``model``)
   d' = 50, T = ``layers`` = 1, Adam 1e-3, weight decay 1e-5, batch 100); Recall/MRR@5/10/20
   over all test positions. Needs timestamps (and user features unless ``use_features=false``).
 
-``dim``, ``layers``, ``lr``, ``reg`` (LightGCN α, rating λ, DIPSGNN weight decay) and
+``dim``, ``layers``, ``lr``, ``l2`` (LightGCN α, rating λ, DIPSGNN weight decay) and
 ``batch_size`` left unset take the chosen model's defaults above; the resolved values are what
 ``config.json`` records. The curator's trainer is seeded with the run's seed, so
 ``--protocol central --model lightgcn`` reproduces models.lightgcn.train_central(seed=…) exactly.
@@ -30,6 +30,7 @@ its loss; evaluation (``eval``) asks it for the test metrics. Models (``model``)
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from cluster.message import node_id
 from data.types import RecDataset
@@ -43,22 +44,24 @@ from protocols.dipsgnn import DIPSGNNConfig
 CURATOR = node_id("curator", 0)
 _DIPS = DIPSGNNConfig()
 
-# model -> its paper's (dim, layers, lr, reg, batch_size)
+# model -> its paper's (dim, layers, lr, l2, batch_size)
 MODEL_DEFAULTS: dict[str, tuple[int, int, float, float, int]] = {
     "lightgcn": (64, 2, 1e-3, 1e-4, 2048),
     "bprmf": (64, 0, 1e-3, 1e-4, 2048),
     **{kind: (6, 2, 0.05, 1e-3, 1024) for kind in ("gcn", "gat", "ggnn", "mf")},
-    "dipsgnn": (_DIPS.hidden_dim, _DIPS.steps, _DIPS.lr, _DIPS.weight_decay, _DIPS.batch_size),
+    "dipsgnn": (_DIPS.hidden_dim, _DIPS.steps, _DIPS.lr, _DIPS.l2, _DIPS.batch_size),
 }
 
 
 @dataclasses.dataclass
 class CentralConfig(ProtocolConfig):
+    ALIASES: ClassVar[dict[str, str]] = {"reg": "l2"}
+
     model: str = "lightgcn"  # lightgcn | bprmf | gcn | gat | ggnn | mf | dipsgnn
     dim: int | None = None  # embedding size d / D / hidden d
     layers: int | None = None  # K propagation layers (DIPSGNN: T steps)
     lr: float | None = None
-    reg: float | None = None  # L2: LightGCN α, rating λ, DIPSGNN weight decay
+    l2: float | None = None  # L2: LightGCN α, rating λ, DIPSGNN weight decay
     batch_size: int | None = None
     # ranking
     item_side: str = "propagated"  # score h_u·h_i (LightGCN paper) or h_u·e_i ("ego")
@@ -80,7 +83,7 @@ class CentralConfig(ProtocolConfig):
     def __post_init__(self) -> None:
         """Unset shared hyper-parameters take the chosen model's paper defaults."""
         if self.model in MODEL_DEFAULTS:
-            names = ("dim", "layers", "lr", "reg", "batch_size")
+            names = ("dim", "layers", "lr", "l2", "batch_size")
             for name, default in zip(names, MODEL_DEFAULTS[self.model]):
                 if getattr(self, name) is None:
                     setattr(self, name, default)
@@ -93,7 +96,7 @@ class CentralConfig(ProtocolConfig):
         require(self.model != "bprmf" or self.layers == 0, "layers", "bprmf has no layers (0)")
         require(self.model != "dipsgnn" or self.layers >= 1, "layers", "dipsgnn needs T >= 1")
         require(self.lr > 0, "lr", "must be > 0")
-        require(self.reg >= 0, "reg", "must be >= 0")
+        require(self.l2 >= 0, "l2", "must be >= 0")
         require(self.batch_size >= 1, "batch_size", "must be >= 1")
         require(self.item_side in ("propagated", "ego"), "item_side", "propagated or ego")
         require(self.activation in ACTIVATIONS, "activation", f"one of {sorted(ACTIVATIONS)}")

@@ -91,7 +91,7 @@ class SequentialTrainer:
         train_fraction: float = 0.8,
         batch_size: int = 100,
         lr: float = 1e-3,
-        weight_decay: float = 1e-5,
+        l2: float = 1e-5,
         seed: int = 0,
         device: str | torch.device = "cpu",
         eval_k: int = 20,
@@ -124,7 +124,7 @@ class SequentialTrainer:
                 clip_norm=clip_norm,
                 sigma=0.0,
             ).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr, weight_decay=weight_decay)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr, weight_decay=l2)
         self.order_rng = np.random.default_rng(seed)
         self.noise = torch.Generator(device=self.device).manual_seed(seed)  # unused: σ = 0
         self.batch_size, self.max_edge_weight = batch_size, max_edge_weight

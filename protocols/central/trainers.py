@@ -47,7 +47,7 @@ class RankingTrainer:
             dim=c.dim,
             layers=c.layers,
             lr=c.lr,
-            reg=c.reg,
+            reg=c.l2,
             batch_size=c.batch_size,
             seed=seed,
             device=device,
@@ -89,7 +89,7 @@ class RatingPredictionTrainer:
             seed=seed,
         ).to(device)
         self.inner = RatingTrainer(
-            model, train, val, lr=c.lr, batch_size=c.batch_size, l2=c.reg, seed=seed
+            model, train, val, lr=c.lr, batch_size=c.batch_size, l2=c.l2, seed=seed
         )
 
     def train_epoch(self) -> dict[str, float]:
@@ -122,7 +122,7 @@ class SequenceTrainer:
             train_fraction=c.train_fraction,
             batch_size=c.batch_size,
             lr=c.lr,
-            weight_decay=c.reg,
+            l2=c.l2,
             seed=seed,
             device=device,
             eval_k=c.eval_k,

@@ -81,7 +81,7 @@ baseline (protocols/dlgnn.py).
 
 Ablations (the paper's Table 3): ``use_hypergraph``, ``use_bipartite``, ``interest_attention``,
 ``pearson`` (models/dgrec.py), ``use_public`` (no neighbours' publicized items), and
-``sharing = "laplace"`` (clip + Laplace(λ) float gradients instead of one-bit; λ = 2δ/β by default,
+``mechanism = "laplace"`` (clip + Laplace(λ) float gradients instead of one-bit; λ = 2δ/β by default,
 the same per-element ε) or ``"float"`` (raw float gradients, no privacy).
 """
 
@@ -89,6 +89,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -122,13 +123,15 @@ from privacy.onebit import decode_onebit_mean, encode_onebit
 from protocols.base import Protocol, ProtocolConfig, require
 from protocols.dgrec.sampling import neighbour_probabilities, worst_case_bits
 
-SHARINGS = ("onebit", "laplace", "float")
+MECHANISMS = ("onebit", "laplace", "float")
 MODELS = ("dgrec", "lightgcn")
 PAPER_RDP = (1.5, 0.54)  # the paper's stated (α, ε) RDP guarantee
 
 
 @dataclasses.dataclass
 class DGRECConfig(ProtocolConfig):
+    ALIASES: ClassVar[dict[str, str]] = {"delta": "clip", "sharing": "mechanism", "l2_weight": "l2"}
+
     # model (stage 2); "lightgcn" is the DLGNN baseline (models/dgrec.py DLGNNUserModel)
     model: str = "dgrec"
     layers: int = 2  # LightGCN layers (model = "lightgcn")
@@ -137,7 +140,7 @@ class DGRECConfig(ProtocolConfig):
     hidden: int = 32
     scorer: str = "mlp"  # the paper's MLP(e_u ‖ e_i); "dot": e_u · e_i (a departure, for diagnosis)
     pearson_weight: float = 0.1
-    l2_weight: float = 1e-5
+    l2: float = 1e-5  # L2 weight of the loss
     init_std: float = 0.1
     # stage 1
     public_ratio: float = 1.0  # ρ
@@ -149,10 +152,10 @@ class DGRECConfig(ProtocolConfig):
     pairs: int = 64
     loss_reduction: str = "sum"  # eq. 3 sums BPR over the user's pairs ("mean": average)
     lr: float = 0.5  # the decoded step is ≤ δ per element in expectation (see README note)
-    delta: float = 0.1  # δ, clip bound
+    clip: float = 0.1  # δ, clip bound
     beta: float = 1.0  # β, one-bit strength (ε per element)
-    sharing: str = "onebit"  # onebit | laplace | float
-    laplace_scale: float = 0.0  # λ for sharing="laplace"; 0 → 2δ/β (same per-element ε as β)
+    mechanism: str = "onebit"  # onebit | laplace | float (the shared gradients)
+    laplace_scale: float = 0.0  # λ for mechanism="laplace"; 0 → 2δ/β (same per-element ε as β)
     # ablations (Table 3)
     use_hypergraph: bool = True
     use_bipartite: bool = False
@@ -171,21 +174,21 @@ class DGRECConfig(ProtocolConfig):
         require(0.0 <= self.public_ratio <= 1.0, "public_ratio", "must be in [0, 1]")
         require(self.neighbourhoods > 0, "neighbourhoods", "must be > 0")
         require(self.lr > 0, "lr", "must be > 0")
-        require(math.isfinite(self.delta) and self.delta > 0, "delta", "must be > 0")
+        require(math.isfinite(self.clip) and self.clip > 0, "clip", "must be > 0")
         require(math.isfinite(self.beta) and self.beta > 0, "beta", "must be > 0")
-        require(self.sharing in SHARINGS, "sharing", f"must be one of {SHARINGS}")
+        require(self.mechanism in MECHANISMS, "mechanism", f"must be one of {MECHANISMS}")
         require(self.model in MODELS, "model", f"must be one of {MODELS}")
         require(self.layers >= 0, "layers", "must be >= 0")
         require(self.scorer in ("mlp", "dot"), "scorer", "must be mlp or dot")
         require(self.loss_reduction in ("sum", "mean"), "loss_reduction", "must be sum or mean")
         require(self.laplace_scale >= 0, "laplace_scale", "must be >= 0")
         require(self.pearson_weight >= 0, "pearson_weight", "must be >= 0")
-        require(self.l2_weight >= 0, "l2_weight", "must be >= 0")
+        require(self.l2 >= 0, "l2", "must be >= 0")
         require(self.init_std > 0, "init_std", "must be > 0")
         require(0 < self.privacy_delta < 1, "privacy_delta", "must be in (0, 1)")
 
     def laplace_lambda(self) -> float:
-        return self.laplace_scale if self.laplace_scale > 0 else 2 * self.delta / self.beta
+        return self.laplace_scale if self.laplace_scale > 0 else 2 * self.clip / self.beta
 
 
 # ------------------------------------------------------------------------------ wire formats
@@ -224,17 +227,17 @@ def decode_held(held: dict[int, bytes], s: dict) -> np.ndarray:
     if not held:
         raise ValueError("no gradient to decode")
     origins = sorted(held)
-    if s["sharing"] == "onebit":  # eq. 6
+    if s["mechanism"] == "onebit":  # eq. 6
         bits = np.stack([wire.decode_signs(held[o]) for o in origins])
-        return decode_onebit_mean(bits, s["delta"], s["beta"])
+        return decode_onebit_mean(bits, s["clip"], s["beta"])
     return np.mean(
         np.stack([wire.decode_dense(held[o]) for o in origins]).astype(np.float64), axis=0
     ).astype(np.float32)
 
 
-def share_message_size(k: int, n_s: int, sharing: str = "onebit") -> int:
+def share_message_size(k: int, n_s: int, mechanism: str = "onebit") -> int:
     """Encoded bytes of one ``share`` message carrying k gradients of n_s elements."""
-    one = wire.signs_size(n_s) if sharing == "onebit" else wire.dense_size((n_s,))
+    one = wire.signs_size(n_s) if mechanism == "onebit" else wire.dense_size((n_s,))
     return wire.record_size([wire.ids_size(k), *([one] * k)])
 
 
@@ -248,7 +251,7 @@ def model_kwargs(s: dict) -> dict:
             "n_items": s["n_items"],
             "dim": s["dim"],
             "layers": s["layers"],
-            "l2_weight": s["l2_weight"],
+            "l2_weight": s["l2"],
             "init_std": s["init_std"],
         }
     return {
@@ -263,7 +266,7 @@ def model_kwargs(s: dict) -> dict:
         "pearson": s["pearson"],
         "scorer": s["scorer"],
         "pearson_weight": s["pearson_weight"],
-        "l2_weight": s["l2_weight"],
+        "l2_weight": s["l2"],
         "init_std": s["init_std"],
     }
 
@@ -558,12 +561,12 @@ class DGRECUser(Node):
 
     def _encode(self, grad: torch.Tensor) -> bytes:
         s = self.shared
-        if s["sharing"] == "onebit":  # eq. 5
+        if s["mechanism"] == "onebit":  # eq. 5
             return wire.encode_signs(
-                encode_onebit(grad, s["delta"], s["beta"], self.torch_generator())
+                encode_onebit(grad, s["clip"], s["beta"], self.torch_generator())
             )
-        if s["sharing"] == "laplace":
-            clipped = grad.clamp(-s["delta"], s["delta"]).numpy().astype(np.float64)
+        if s["mechanism"] == "laplace":
+            clipped = grad.clamp(-s["clip"], s["clip"]).numpy().astype(np.float64)
             noisy = clipped + self.rng.laplace(0.0, s["laplace_lambda"], size=clipped.shape)
             return wire.encode_dense(noisy.astype(np.float32))
         return wire.encode_dense(grad.numpy())
@@ -783,7 +786,7 @@ class DGREC(Protocol):
             "share_bytes_per_member": share_bytes / n_members if n_members else 0.0,
             "worst_case_bytes_per_user": worst_case_bits(c.hops, c.n_u, self.n_s) / 8,
             "float_bytes_per_member": (
-                share_bytes / n_members * 32 if n_members and c.sharing == "onebit" else 0.0
+                share_bytes / n_members * 32 if n_members and c.mechanism == "onebit" else 0.0
             ),
             "round_bytes": dep.ledger.total(round_=round_),
         }
@@ -794,13 +797,13 @@ class DGREC(Protocol):
         if not members:
             return
         c = self.config
-        if c.sharing == "onebit":  # n_s elements, each binary RR with ε = β
+        if c.mechanism == "onebit":  # n_s elements, each binary RR with ε = β
             event = dp_event.SelfComposedDpEvent(randomized_response_event(c.beta), self.n_s)
-        elif c.sharing == "laplace":
-            event = laplace_vector_event(c.delta, c.laplace_lambda(), self.n_s)
+        elif c.mechanism == "laplace":
+            event = laplace_vector_event(c.clip, c.laplace_lambda(), self.n_s)
         else:
             event = dp_event.NonPrivateDpEvent()
-        self.accountant.spend(members, event, f"{c.sharing}-share")
+        self.accountant.spend(members, event, f"{c.mechanism}-share")
 
     def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:
         if not self._stage1_done:
@@ -811,7 +814,7 @@ class DGREC(Protocol):
     def privacy(self) -> dict:
         c = self.config
         out = {
-            "mechanism": c.sharing,
+            "mechanism": c.mechanism,
             "n_s": self.n_s,
             "privacy_delta": c.privacy_delta,
             "shares_max": 0,
@@ -819,18 +822,20 @@ class DGREC(Protocol):
         }
         if self.accountant.n_units:
             summary = self.accountant.summary()
-            label = summary["labels"][f"{c.sharing}-share"]
+            label = summary["labels"][f"{c.mechanism}-share"]
             out["shares_max"] = label["max_count"]
-            out["epsilon"] = summary["worst_epsilon"]  # composed over the shares, at `delta`
+            out["epsilon"] = summary[
+                "worst_epsilon"
+            ]  # composed over the shares, at `privacy_delta`
             out["epsilon_bound"] = summary["bound"]
         else:
             out["epsilon"] = 0.0
-        if c.sharing == "onebit":
+        if c.mechanism == "onebit":
             out["epsilon_per_element"] = c.beta
             out["epsilon_per_vector"] = self.n_s * c.beta
             out["rdp_per_element_order_1.5"] = rdp_of_randomized_response(c.beta, 1.5)
             out["paper_stated_rdp"] = {"order": PAPER_RDP[0], "epsilon": PAPER_RDP[1]}
-        elif c.sharing == "laplace":
-            out["epsilon_per_element"] = 2 * c.delta / c.laplace_lambda()
-            out["epsilon_per_vector"] = self.n_s * 2 * c.delta / c.laplace_lambda()
+        elif c.mechanism == "laplace":
+            out["epsilon_per_element"] = 2 * c.clip / c.laplace_lambda()
+            out["epsilon_per_vector"] = self.n_s * 2 * c.clip / c.laplace_lambda()
         return out

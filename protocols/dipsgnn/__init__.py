@@ -70,6 +70,7 @@ replaced (covers any edge, and the labels too).
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -106,9 +107,11 @@ KS = (5, 10, 20)
 
 @dataclasses.dataclass
 class DIPSGNNConfig(ProtocolConfig):
+    ALIASES: ClassVar[dict[str, str]] = {"delta": "privacy_delta", "weight_decay": "l2"}
+
     eps1: float = 20.0  # feature LDP budget per user (Algorithm 3)
     eps2: float = 5.0  # edge-level central DP budget of the whole training run
-    delta: float = 1e-5
+    privacy_delta: float = 1e-5  # δ of the (ε2, δ) guarantee
     epochs: int = 10  # epochs the noise is calibrated for; one round = one epoch
     private_features: bool = True  # False: the clean encoding is uploaded (non-private baseline)
     private_graph: bool = True  # False: σ = 0 (the non-private network)
@@ -123,7 +126,7 @@ class DIPSGNNConfig(ProtocolConfig):
     train_fraction: float = 0.8
     batch_size: int = 100
     lr: float = 1e-3
-    weight_decay: float = 1e-5
+    l2: float = 1e-5  # Adam weight decay
     accountant: str = "pld"
     # "aggregate": DIPSGNN's noise on A·H̄ (eq. 7); "edgerand": the EdgeRand baseline, Gaussian
     # noise on every entry of each training prefix's adjacency, once, at the same (ε2, δ)
@@ -139,7 +142,7 @@ class DIPSGNNConfig(ProtocolConfig):
         super().check()
         require(self.eps1 > 0, "eps1", "must be > 0")
         require(self.eps2 > 0, "eps2", "must be > 0")
-        require(0 < self.delta < 1, "delta", "must lie in (0, 1)")
+        require(0 < self.privacy_delta < 1, "privacy_delta", "must lie in (0, 1)")
         require(self.epochs >= 1, "epochs", "must be >= 1")
         require(self.hidden_dim >= 1, "hidden_dim", "must be >= 1")
         require(self.user_dim >= 1, "user_dim", "must be >= 1")
@@ -150,7 +153,7 @@ class DIPSGNNConfig(ProtocolConfig):
         require(0 < self.train_fraction < 1, "train_fraction", "must lie in (0, 1)")
         require(self.batch_size >= 1, "batch_size", "must be >= 1")
         require(self.lr > 0, "lr", "must be > 0")
-        require(self.weight_decay >= 0, "weight_decay", "must be >= 0")
+        require(self.l2 >= 0, "l2", "must be >= 0")
         require(self.accountant in ("pld", "rdp"), "accountant", "must be 'pld' or 'rdp'")
         require(
             self.mechanism in ("aggregate", "edgerand", "dpsgd"),
@@ -184,7 +187,7 @@ def noise_sigma(c: DIPSGNNConfig) -> float:
     if not c.private_graph or c.mechanism == "dpsgd":
         return 0.0
     return calibrate_sigma(
-        c.eps2, c.delta, calibrated_releases(c), graph_sensitivity(c), c.accountant
+        c.eps2, c.privacy_delta, calibrated_releases(c), graph_sensitivity(c), c.accountant
     )
 
 
@@ -278,9 +281,7 @@ class DIPSGNNServer(Node):
                 sigma=0.0 if self.edgerand else self.sigma,
                 graph_messages=s["graph_messages"],
             ).to(self.device)
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=s["lr"], weight_decay=s["weight_decay"]
-        )
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=s["lr"], weight_decay=s["l2"])
         self.noise = torch.Generator(device=self.device).manual_seed(
             int(self.rng.integers(0, 2**63 - 1))
         )
@@ -502,7 +503,11 @@ class DIPSGNNProtocol(Protocol):
             self.dpsgd_steps_per_epoch = dpsgd_steps_per_epoch(n, c.dpsgd_batch_users)
             if c.private_graph:
                 self.dpsgd_noise_multiplier = dpsgd_noise_multiplier(
-                    c.eps2, c.delta, n, c.dpsgd_batch_users, c.epochs * self.dpsgd_steps_per_epoch
+                    c.eps2,
+                    c.privacy_delta,
+                    n,
+                    c.dpsgd_batch_users,
+                    c.epochs * self.dpsgd_steps_per_epoch,
                 )
 
     @staticmethod
@@ -614,7 +619,7 @@ class DIPSGNNProtocol(Protocol):
         out = {
             "uploaded_round": int(self.uploaded_round[row]),
             "epochs": int(self.user_epochs[row]),
-            "delta": c.delta,
+            "privacy_delta": c.privacy_delta,
         }
         if c.use_features and c.private_features:
             out["epsilon1_features"] = c.eps1 if self.uploaded_round[row] >= 0 else 0.0
@@ -629,7 +634,7 @@ class DIPSGNNProtocol(Protocol):
                     len(self.users),
                     c.dpsgd_batch_users,
                     steps,
-                    c.delta,
+                    c.privacy_delta,
                 )
             return out
         releases = int(self.user_releases()[row])
@@ -638,7 +643,7 @@ class DIPSGNNProtocol(Protocol):
             out["epsilon2"] = float("inf") if releases else 0.0
         else:
             out["epsilon2"] = spent_epsilon(
-                self.sigma, self.sensitivity, releases, c.delta, c.accountant
+                self.sigma, self.sensitivity, releases, c.privacy_delta, c.accountant
             )
         return out
 
@@ -657,10 +662,10 @@ class DIPSGNNProtocol(Protocol):
         if not c.private_graph:
             eps = float("inf") if steps else 0.0
         else:
-            eps = dpsgd_epsilon(z, n, c.dpsgd_batch_users, steps, c.delta)
+            eps = dpsgd_epsilon(z, n, c.dpsgd_batch_users, steps, c.privacy_delta)
         return {
             "unit_graph": "one user's training sequence, replaced (covers any edge and the labels)",
-            "delta": c.delta,
+            "privacy_delta": c.privacy_delta,
             "mechanism": "dpsgd",
             "accountant": "rdp, fixed-size batches sampled without replacement (replace-one)",
             "noise_multiplier": z,
@@ -685,7 +690,7 @@ class DIPSGNNProtocol(Protocol):
         spent = self.releases_spent()
         out = {
             "unit_graph": "one transition (edge) of one user's training sequence",
-            "delta": c.delta,
+            "privacy_delta": c.privacy_delta,
             "sigma": self.sigma,
             "sensitivity": self.sensitivity,
             "max_edge_weight": c.max_edge_weight,
@@ -701,17 +706,17 @@ class DIPSGNNProtocol(Protocol):
         if not c.private_graph:
             out["epsilon"] = float("inf") if spent else 0.0
             return out
-        eps = spent_epsilon(self.sigma, self.sensitivity, spent, c.delta, c.accountant)
+        eps = spent_epsilon(self.sigma, self.sensitivity, spent, c.privacy_delta, c.accountant)
         out["epsilon"] = eps  # rigorous (ε2, δ) actually spent on the graph so far
         out["epsilon2_spent"] = eps
         if c.mechanism == "aggregate":
             # Theorem 4.2's closed form as the paper applies it: one release per step, Δ = C
             out["epsilon2_theorem_4_2_single_release"] = theorem_4_2_epsilon(
-                self.sigma, c.delta, c.steps, c.clip_norm
+                self.sigma, c.privacy_delta, c.steps, c.clip_norm
             )
         # the same closed form over the real release pattern (valid, looser than PLD)
         if spent:
             out["epsilon2_theorem_4_2_all_releases"] = theorem_4_2_epsilon(
-                self.sigma, c.delta, spent, self.sensitivity
+                self.sigma, c.privacy_delta, spent, self.sensitivity
             )
         return out

@@ -41,7 +41,7 @@ request to the matcher, which matches it against the latest request of every use
 neighbours if it never expanded). The ``rejoin`` supersteps run only once an absence has been
 seen (a participant dropped or a message late), so a fair-weather run is unchanged by them.
 
-Key-server replicas (``keyservers = R``): R nodes hold the same key; user u talks to replica
+Key-server replicas (``key_servers = R``): R nodes hold the same key; user u talks to replica
 u mod R, so that signing runs on R actors at once.
 
 Attack switches (measurements, under ``privacy`` in summary.json): ``attack_gradient_inference``
@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -82,6 +83,8 @@ REJOIN_STEPS = 7  # supersteps of the longest catch-up chain (see FedPerGNN.rejo
 
 @dataclasses.dataclass
 class FedPerGNNConfig(ProtocolConfig):
+    ALIASES: ClassVar[dict[str, str]] = {"reg": "l2", "keyservers": "key_servers"}
+
     backbone: str = "lightgcn"
     dim: int = 64  # d
     layers: int = 2  # K
@@ -90,14 +93,14 @@ class FedPerGNNConfig(ProtocolConfig):
     pseudo_items: int = 64  # M pseudo-interacted items per upload
     lr_item: float = 1e-3  # server Adam on E
     lr_user: float = 0.5  # local SGD on e_u
-    reg: float = 1e-3  # α
+    l2: float = 1e-3  # α
     clip: float = 5e-4  # δ
     laplace: float = 1e-5  # λ (0: no noise)
     max_neighbors: int = 100
     key_bits: int = 2048
     expand_every: int = 0  # rounds between graph expansions; 0 = one epoch ⌈N/|Ū|⌉
     privacy_delta: float = 1e-5  # δ of the rigorous (ε, δ) figure
-    keyservers: int = 1  # R key-server replicas (same key); user u uses replica u mod R
+    key_servers: int = 1  # R key-server replicas (same key); user u uses replica u mod R
     attack_gradient_inference: bool = False  # measure the server's positive-item inference
     attack_dictionary: bool = False  # measure the matcher's dictionary attack on the tokens
 
@@ -111,14 +114,14 @@ class FedPerGNNConfig(ProtocolConfig):
         require(self.pseudo_items >= 0, "pseudo_items", "must be >= 0")
         require(self.lr_item > 0, "lr_item", "must be > 0")
         require(self.lr_user > 0, "lr_user", "must be > 0")
-        require(self.reg >= 0, "reg", "must be >= 0")
+        require(self.l2 >= 0, "l2", "must be >= 0")
         require(self.clip > 0, "clip", "must be > 0")
         require(self.laplace >= 0, "laplace", "must be >= 0")
         require(self.max_neighbors >= 0, "max_neighbors", "must be >= 0")
         require(self.key_bits in (1024, 2048, 3072, 4096), "key_bits", "must be 1024..4096")
         require(self.expand_every >= 0, "expand_every", "must be >= 0")
         require(0 < self.privacy_delta < 1, "privacy_delta", "must be in (0, 1)")
-        require(self.keyservers >= 1, "keyservers", "must be >= 1")
+        require(self.key_servers >= 1, "key_servers", "must be >= 1")
 
 
 def ratings_by_user(inter: Interactions, n_users: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -191,14 +194,14 @@ class FedPerGNN(Protocol):
         }
 
     @property
-    def keyserver_ids(self) -> list[str]:
-        return [node_id("keyserver", r) for r in range(self.config.keyservers)]
+    def key_server_ids(self) -> list[str]:
+        return [node_id("key_server", r) for r in range(self.config.key_servers)]
 
     def node_specs(self) -> list[NodeSpec]:
         users = np.array(self.users, dtype=np.int64)
-        replicas = self.config.keyservers
+        replicas = self.config.key_servers
         specs = [NodeSpec(Server, SERVER, {"users": users})]
-        for r, nid in enumerate(self.keyserver_ids):  # user u → replica u mod R
+        for r, nid in enumerate(self.key_server_ids):  # user u → replica u mod R
             specs.append(NodeSpec(KeyServer, nid, {"users": users[users % replicas == r]}))
         specs.append(NodeSpec(Matcher, MATCHER))
         for u in self.users:
@@ -212,7 +215,7 @@ class FedPerGNN(Protocol):
     # --- choreography ---------------------------------------------------------------------------
     def tokenize(self, dep: Deployment, round_: int) -> None:
         """Step 1: every user's item tokens by the blind-RSA OPRF with the key server."""
-        dep.superstep(round_, "oprf_key", activate=self.keyserver_ids)
+        dep.superstep(round_, "oprf_key", activate=self.key_server_ids)
         dep.superstep(round_, "oprf_blind")
         dep.superstep(round_, "oprf_sign")
         dep.superstep(round_, "oprf_finalize")
@@ -282,7 +285,7 @@ class FedPerGNN(Protocol):
         SHA-256(label ‖ H(x)); recovery = fraction of the tokens it holds that it maps to an id.
         The control: the same attack on textbook-RSA tokens of the same items (the naive design)."""
         observed = dep.call(MATCHER, "observed_tokens")
-        n, e = dep.call(self.keyserver_ids[0], "public_numbers")
+        n, e = dep.call(self.key_server_ids[0], "public_numbers")
         public = rsa.RSAPublicNumbers(e, n)
         ids = range(self.dataset.n_items)
         guesses = {
@@ -352,7 +355,7 @@ class FedPerGNN(Protocol):
             "epsilon": rigorous,
             "epsilon_per_coordinate_thesis": laplace_epsilon_per_coordinate(c.clip, c.laplace),
             "epsilon_last_round_max_upload": self.round_epsilon[-1] if self.round_epsilon else 0.0,
-            "delta": c.privacy_delta,
+            "privacy_delta": c.privacy_delta,
             "mechanism": "clip to [-clip, clip] + Laplace(laplace) per coordinate of each upload; "
             "rigorous ε composes each user's uploads (vector L1 sensitivity 2·clip·n, n rounded "
             "up to 2^k or 1.5·2^k)",

@@ -70,7 +70,7 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         h = local_gat_forward(model, weights, graph, user_leaf, item_leaf, n.nbr_emb, item_leaf)
         ratings = torch.from_numpy(n.train_ratings)
         pred = predict_candidates(h, graph)
-        loss = rating_loss(pred, ratings, user_leaf, item_leaf, s["reg"])
+        loss = rating_loss(pred, ratings, user_leaf, item_leaf, s["l2"])
         loss.backward()
         n.embedding = (user_leaf - s["lr_user"] * user_leaf.grad).detach()
         real = item_leaf.grad.detach()

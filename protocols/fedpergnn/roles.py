@@ -1,6 +1,6 @@
 """The four roles of FedPerGNN / FedLightGCN: user, server, key server, matcher.
 
-Node ids: ``user/<u>``, ``server/0``, ``keyserver/<r>`` (r < R replicas holding one key; user u
+Node ids: ``user/<u>``, ``server/0``, ``key_server/<r>`` (r < R replicas holding one key; user u
 talks to replica u mod R), ``matcher/0``. Phases (driven by :class:`protocols.fedpergnn.FedPerGNN`;
 with ``backbone = "gat"`` the download also carries the GAT weights θ, training is
 protocols/fedpergnn/gat.py's and uploads add clip+Laplace ∂L/∂θ):
@@ -8,9 +8,9 @@ protocols/fedpergnn/gat.py's and uploads add clip+Laplace ∂L/∂θ):
 =================  ==========  ================================================================
 phase              who acts    what it does
 =================  ==========  ================================================================
-oprf_key           keyserver   publishes (N, e) to every user                      (step 1)
-oprf_blind         users       m' = H(x)·r^e mod N for every own item x → keyserver
-oprf_sign          keyserver   s' = m'^d mod N → back to the user (sees only m')
+oprf_key           key_server  publishes (N, e) to every user                      (step 1)
+oprf_blind         users       m' = H(x)·r^e mod N for every own item x → key_server
+oprf_sign          key_server  s' = m'^d mod N → back to the user (sees only m')
 oprf_finalize      users       s = s'·r⁻¹, check s^e = H(x), token = SHA-256(s); cache tokens
 expand_send        users       (tokens, e_u) → matcher                             (step 2)
 expand_match       matcher     per user: users sharing a token, ≤ max_neighbors sampled,
@@ -38,7 +38,7 @@ rejoin (1st)       users       a sampled user keeps the round's download for ``t
                                lacks tokens: ``oprf_key_request`` (no key yet) or
                                ``oprf_blinded`` (key cached); if its graph is stale:
                                ``expand_request``
-rejoin             keyserver   ``oprf_key_request`` → public key; ``oprf_blinded`` → signed
+rejoin             key_server  ``oprf_key_request`` → public key; ``oprf_blinded`` → signed
 rejoin             users       key → blind; signed → tokens (cached, never requested again),
                                then ``expand_request``; ``expand_reply`` → local graph
 rejoin             matcher     answers each request against the latest request of every user
@@ -70,13 +70,14 @@ from protocols.fedpergnn import messages as msg
 from protocols.sparse_rows import step_on_mean
 
 SERVER = node_id("server", 0)
-KEYSERVER = node_id("keyserver", 0)
+KEY_SERVER = node_id("key_server", 0)
+KEY_SEED_ID = "keyserver/0"  # the key's seed: replica 0's node id before issue 15
 MATCHER = node_id("matcher", 0)
 
 
-def keyserver_of(user: int, replicas: int) -> str:
+def key_server_of(user: int, replicas: int) -> str:
     """The key-server replica a user talks to: picked by its id (u mod R)."""
-    return node_id("keyserver", user % replicas)
+    return node_id("key_server", user % replicas)
 
 
 def deterministic_rsa_key(rng: np.random.Generator, bits: int):
@@ -129,14 +130,16 @@ def xavier_rows(rng: np.random.Generator, n: int, fan: int, dim: int) -> np.ndar
 class KeyServer(Node):
     """Third party holding the RSA key; signs blinded values and never sees an id or a token."""
 
-    role = "keyserver"
+    role = "key_server"
 
     def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray):
         super().__init__(nid, ctx)
         self.users = np.asarray(users, dtype=np.int64)  # the users this replica serves
         # every replica holds the one key (a deployment copies it; here all derive it from the
-        # first replica's seed, so that replica 0's stream is unchanged)
-        key_rng = np.random.default_rng(node_seed(ctx.seed, KEYSERVER))
+        # first replica's seed, so that replica 0's stream is unchanged); the seed keeps the node
+        # id of before issue 15's renaming ("keyserver/0"), so that the key, and the byte counts
+        # of the OPRF messages with it, stay those of earlier runs
+        key_rng = np.random.default_rng(node_seed(ctx.seed, KEY_SEED_ID))
         self.key = deterministic_rsa_key(key_rng, ctx.shared["key_bits"])
         self.public = oprf.public_numbers(self.key)
         self.signed = 0
@@ -151,7 +154,7 @@ class KeyServer(Node):
             # rejoin: users that missed the broadcast or the signing catch up one by one
             expect_kinds(inbox, "oprf_blinded", "oprf_key_request", node=self.id)
             for m in inbox:  # sorted by sender
-                if keyserver_of(int(m.src.split("/")[1]), self.shared["keyservers"]) != self.id:
+                if key_server_of(int(m.src.split("/")[1]), self.shared["key_servers"]) != self.id:
                     raise ValueError(f"{self.id}: {m.kind} from {m.src}, served by another replica")
                 if m.kind == "oprf_key_request":
                     msg.decode_key_request(m.payload)
@@ -370,7 +373,7 @@ class User(Node):
     def _send_blinded(self) -> None:
         blinded, self.unblinders = oprf.blind(self.train_items.tolist(), self.public, self.blinding)
         user = int(self.id.split("/")[1])
-        replica = keyserver_of(user, self.shared["keyservers"])
+        replica = key_server_of(user, self.shared["key_servers"])
         self.send("oprf_blinded", replica, wire.encode_bigints(blinded))
 
     def _finalize(self, signed_payload: bytes) -> None:
@@ -422,7 +425,7 @@ class User(Node):
             if not self.tokens:
                 if self.public is None:  # the key server's broadcast was missed: ask for the key
                     user = int(self.id.split("/")[1])
-                    replica = keyserver_of(user, self.shared["keyservers"])
+                    replica = key_server_of(user, self.shared["key_servers"])
                     self.send("oprf_key_request", replica, msg.encode_key_request())
                 else:  # the key is cached; the signing was missed
                     self._send_blinded()
@@ -515,9 +518,9 @@ class User(Node):
         hu = h_u.index_select(0, pu)
         x = (hu * e_i).sum(-1) - (hu * e_j).sum(-1)  # score h_u·e_i − h_u·e_j per pair
         count = torch.bincount(pu, minlength=len(nodes)).clamp(min=1).to(x.dtype)
-        per_pair = neg_log_sigmoid(x) + 0.5 * s["reg"] * (e_i.pow(2).sum(-1) + e_j.pow(2).sum(-1))
+        per_pair = neg_log_sigmoid(x) + 0.5 * s["l2"] * (e_i.pow(2).sum(-1) + e_j.pow(2).sum(-1))
         loss = torch.zeros(len(nodes)).index_add(0, pu, per_pair) / count
-        loss = loss + 0.5 * s["reg"] * user_leaf.pow(2).sum(-1)
+        loss = loss + 0.5 * s["l2"] * user_leaf.pow(2).sum(-1)
         loss.sum().backward()  # the users' graphs are disjoint: row b's gradients are user b's
         new_users = (user_leaf - s["lr_user"] * user_leaf.grad).detach()
         grads = item_leaf.grad.detach()
