@@ -71,7 +71,6 @@ from protocols.sparse_rows import step_on_mean
 
 SERVER = node_id("server", 0)
 KEY_SERVER = node_id("key_server", 0)
-KEY_SEED_ID = "keyserver/0"  # the key's seed: replica 0's node id before issue 15
 MATCHER = node_id("matcher", 0)
 
 
@@ -136,10 +135,8 @@ class KeyServer(Node):
         super().__init__(nid, ctx)
         self.users = np.asarray(users, dtype=np.int64)  # the users this replica serves
         # every replica holds the one key (a deployment copies it; here all derive it from the
-        # first replica's seed, so that replica 0's stream is unchanged); the seed keeps the node
-        # id of before issue 15's renaming ("keyserver/0"), so that the key, and the byte counts
-        # of the OPRF messages with it, stay those of earlier runs
-        key_rng = np.random.default_rng(node_seed(ctx.seed, KEY_SEED_ID))
+        # first replica's seed, so that replica 0's stream is unchanged)
+        key_rng = np.random.default_rng(node_seed(ctx.seed, KEY_SERVER))
         self.key = deterministic_rsa_key(key_rng, ctx.shared["key_bits"])
         self.public = oprf.public_numbers(self.key)
         self.signed = 0
