@@ -134,8 +134,7 @@ class KeyServer(Node):
     def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray):
         super().__init__(nid, ctx)
         self.users = np.asarray(users, dtype=np.int64)  # the users this replica serves
-        # every replica holds the one key (a deployment copies it; here all derive it from the
-        # first replica's seed, so that replica 0's stream is unchanged)
+        # every replica holds the one key, derived from replica 0's seed (a deployment copies it)
         key_rng = np.random.default_rng(node_seed(ctx.seed, KEY_SERVER))
         self.key = deterministic_rsa_key(key_rng, ctx.shared["key_bits"])
         self.public = oprf.public_numbers(self.key)
