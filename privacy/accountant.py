@@ -294,19 +294,26 @@ def _pld_bound(leaves: dict, delta: float, reference: float) -> float:
 _CHEAP_BOUNDS = {"gaussian": _gaussian_bound, "basic": _basic_bound, "rdp": _rdp_bound}
 
 
+def _no_guarantee(event: dp_event.DpEvent) -> bool:
+    """A non-private release, or an (ε, δ) one with δ = 1 (which bounds nothing)."""
+    return isinstance(event, dp_event.NonPrivateDpEvent) or (
+        isinstance(event, ApproxDpEvent) and event.delta >= 1
+    )
+
+
 @functools.lru_cache(maxsize=65536)
 def _epsilon_of_leaves(key: tuple[tuple[dp_event.DpEvent, int], ...], delta: float) -> tuple:
     leaves = dict(key)
     if not leaves:
         return 0.0, "none"
-    if any(isinstance(ev, dp_event.NonPrivateDpEvent) for ev in leaves):
+    if any(_no_guarantee(ev) for ev in leaves):
         return math.inf, "non-private"
     best, how = math.inf, "none"
     for name, bound in _CHEAP_BOUNDS.items():
         eps = bound(leaves, delta)
         if eps < best:
             best, how = eps, name
-    if how != "gaussian":  # the analytic Gaussian is exact; otherwise try the tight PLD
+    if how != "gaussian" and best > 0:  # the analytic Gaussian is exact; else try the PLD
         eps = _pld_bound(leaves, delta, reference=best)
         if eps < best:
             best, how = eps, "pld"

@@ -128,6 +128,9 @@ def test_mixed_and_degenerate_events():
     assert epsilon_of(approx_dp_event(0.0, 1e-7), 10, 1e-5) == 0.0
     assert epsilon_of(approx_dp_event(0.0, 1e-3), 10, 1e-5) == math.inf
     assert epsilon_of(approx_dp_event(0.5, 0.0), 4, 1e-5) <= 2.0
+    # δ' = 1 bounds nothing (VerFedGNN's ternary release when Δ₁ ≥ r): no finite ε, once or more
+    assert epsilon_of(approx_dp_event(0.0, 1.0), 1, 1e-5) == math.inf
+    assert epsilon_of(approx_dp_event(0.0, 1.0), 2, 1e-5) == math.inf
 
 
 def test_accountant_counts_units_and_composes():

@@ -3,6 +3,8 @@ formula, no private data in any message, determinism across placements, and lear
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -221,3 +223,21 @@ def test_laplace_option_sends_dense_noisy_gradients(ray_local):
     assert priv["mechanism"] == "laplace" and priv["releases"] == 1
     assert priv["epsilon"] == pytest.approx(2 * 0.5 * proto.n_public / 0.5)
     assert torch.isfinite(torch.tensor(priv["epsilon"]))
+
+
+def test_ternary_privacy_is_composed_by_the_accountant(ray_local):
+    """k releases of a (0, δ₁)-DP ternary gradient compose to (0, k·δ₁): ε = 0 at privacy_delta
+    while k·δ₁ fits in it, no finite ε once it does not (the default r: δ₁ = min(1, Δ₁/r) = 1)."""
+    for r, want in [(1e12, 0.0), (3.0, math.inf)]:
+        proto, dep = make({"parties": 2, "psi": False, "ternary_r": r})
+        try:
+            for rnd in range(2):
+                proto.run_round(dep, rnd)
+        finally:
+            dep.close()
+        priv = proto.privacy()
+        assert priv["releases"] == 2 and priv["privacy_delta"] == 1e-5
+        assert priv["privacy_delta_per_release"] == min(1.0, priv["l1_sensitivity"] / r)
+        assert 2 * priv["privacy_delta_per_release"] <= 1e-5 or want == math.inf
+        assert priv["epsilon"] == want
+        assert priv["paper_delta_per_release"] == min(1.0, 1 / r)

@@ -82,6 +82,11 @@ from data.splits import random_split
 from data.types import Interactions, RecDataset
 from models.rating_gnn import KINDS, global_mean_rmse
 from nodes.deployment import Deployment, NodeSpec, mean_report
+from privacy.accountant import (
+    PrivacyAccountant,
+    approx_dp_event,
+    laplace_vector_event,
+)
 from privacy.ternary import ternary_delta
 from protocols.base import Protocol, ProtocolConfig, require
 from protocols.verfedgnn import attack
@@ -124,6 +129,7 @@ class VerFedGNNConfig(ProtocolConfig):
     clip: float = 0.5  # B: gradients clipped to [−B, B]
     ternary_r: float = 3.0  # r (paper: 1/r = 1/3)
     laplace_scale: float = 0.5  # b of Laplace(0, b) when mechanism = "laplace"
+    privacy_delta: float = 1e-5  # δ of the rigorous (ε, δ) figure
     lr: float = 0.05  # Adagrad, server (θ) and parties (item embeddings)
     l2: float = 1e-3  # λ of eq. 5
     batch_size: int = 256  # ratings per party per iteration (0 = all)
@@ -156,6 +162,7 @@ class VerFedGNNConfig(ProtocolConfig):
         require(self.clip > 0, "clip", "must be > 0")
         require(self.ternary_r >= self.clip, "ternary_r", "must be >= clip")
         require(self.laplace_scale > 0, "laplace_scale", "must be > 0")
+        require(0 < self.privacy_delta < 1, "privacy_delta", "must lie in (0, 1)")
         require(self.lr > 0, "lr", "must be > 0")
         require(self.l2 >= 0, "l2", "must be >= 0")
         require(self.batch_size >= 0, "batch_size", "must be >= 0")
@@ -209,6 +216,7 @@ class VerFedGNN(Protocol):
             raise ValueError(f"{dataset.n_items} items cannot give each of {c.parties} parties one")
         self.schedule = exchange_schedule(c.gnn, c.layers)
         self.participation_counts = np.zeros(c.parties, dtype=np.int64)
+        self.accountant = PrivacyAccountant(delta=c.privacy_delta)
         self.n_public: int | None = None
         self.baseline = global_mean_rmse(self.train, self.test)
         self.n_users = dataset.n_users  # honest users, then the adversarial ones (attack)
@@ -304,6 +312,8 @@ class VerFedGNN(Protocol):
         # releases that happened: the parties of A_t that were there to send their gradient
         released = np.array(sorted(int(p) for p in res.reports.get("released", [])), np.int64)
         self.participation_counts[released] += 1
+        if self.config.mechanism != "none":
+            self.accountant.spend(released, self._release_event(), self.config.mechanism)
         lost = sorted(int(p) for p in res.reports.get("needs_alignment", []))
         if lost and self.config.psi:
             self.rejoin(dep, round_, lost)
@@ -348,36 +358,36 @@ class VerFedGNN(Protocol):
             thd=c.thd,
         )
 
+    def _release_event(self):
+        """One party's gradient release as a dp-accounting event. Neighbouring = one rating of
+        the party changed, which can move every coordinate of the gradient clipped to [−B, B]:
+        Δ₁ = 2B·|θ|. Ternary quantization (eq. 6) is then (0, min(1, Δ₁/r))-DP; Laplace(0, b)
+        noise is ε = Δ₁/b per release."""
+        c = self.config
+        if c.mechanism == "laplace":
+            return laplace_vector_event(c.clip, c.laplace_scale, self.n_public)
+        return approx_dp_event(0.0, ternary_delta(2.0 * c.clip * self.n_public, c.ternary_r).delta)
+
     def privacy(self) -> dict:
-        """Per release and composed over a party's releases (the gradients it really sent: a
-        party absent from a round releases nothing): the rigorous bound (neighbouring
-        = one rating of a party changed, which can move every coordinate of the clipped
-        gradient: Δ₁ = 2B·|θ|) beside the paper's per-coordinate (0, 1/r)."""
+        """The rigorous ε at ``privacy_delta`` of the worst party, composed by the one accountant
+        over the releases it really made (a party absent from a round releases nothing), beside
+        the paper's per-coordinate figures: (0, 1/r) for ternary, 2B/b for Laplace."""
         c = self.config
         releases = int(self.participation_counts.max(initial=0))
+        out = {"mechanism": c.mechanism, "releases": releases, "privacy_delta": c.privacy_delta}
         if self.n_public is None:
-            return {"mechanism": c.mechanism, "releases": 0, "epsilon": 0.0}
+            return {**out, "epsilon": 0.0}
+        if c.mechanism == "none":
+            return {**out, "epsilon": math.inf}
         l1 = 2.0 * c.clip * self.n_public
+        out["epsilon"] = self.accountant.worst_epsilon()
+        out["l1_sensitivity"] = l1
         if c.mechanism == "ternary":
             per = ternary_delta(l1, c.ternary_r)
-            return {
-                "mechanism": "ternary",
-                "releases": releases,
-                "epsilon": 0.0,
-                "privacy_delta_per_release": per.delta,
-                "privacy_delta": min(1.0, releases * per.delta),
-                "paper_delta_per_release": per.paper_delta,
-                "paper_delta_composed": min(1.0, releases * per.paper_delta),
-                "l1_sensitivity": l1,
-            }
-        if c.mechanism == "laplace":
-            eps = l1 / c.laplace_scale
-            return {
-                "mechanism": "laplace",
-                "releases": releases,
-                "epsilon_per_release": eps,
-                "epsilon": releases * eps,
-                "epsilon_per_coordinate": 2.0 * c.clip / c.laplace_scale,
-                "l1_sensitivity": l1,
-            }
-        return {"mechanism": "none", "releases": releases, "epsilon": math.inf}
+            out["privacy_delta_per_release"] = per.delta
+            out["paper_delta_per_release"] = per.paper_delta
+            out["paper_delta_composed"] = min(1.0, releases * per.paper_delta)
+        else:
+            out["epsilon_per_release"] = l1 / c.laplace_scale
+            out["epsilon_per_coordinate"] = 2.0 * c.clip / c.laplace_scale
+        return out
