@@ -358,8 +358,8 @@ def protocol_row(summary: dict, seconds_total: float) -> dict:
         "bytes_per_round_by_kind": {k: v / rounds for k, v in sorted(by_kind.items())},
         "bytes_total": summary["bytes_total"],
         "epsilon": eps,
-        "delta": delta if eps is not None and not _is_inf(eps) else None,
-        "private": not (_is_inf(eps) or privacy.get("mechanism") == "none"),
+        "delta": delta if eps is not None else None,  # ∞ at δ: no finite guarantee at that δ
+        "private": privacy.get("mechanism") != "none",  # applies a privacy mechanism
         "epsilon_paper": paper_figure(privacy),
         "attack": attack_figures(summary),
         "wall_seconds": wall,
