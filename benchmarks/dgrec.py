@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import write_result  # noqa: E402
 from data.registry import load_dataset  # noqa: E402
 from data.types import RecDataset  # noqa: E402
+from engine import RunSettings, run  # noqa: E402
 from models.baselines import popularity_metrics  # noqa: E402
-from protocols.runner import RunSettings, run  # noqa: E402
 
 # the DGREC variants: the paper's Table 3 switches, and ρ = 0.2 (Figure 2)
 ABLATIONS = {

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import write_result  # noqa: E402
 from data.registry import load_dataset  # noqa: E402
-from protocols.runner import RunSettings, run  # noqa: E402
+from engine import RunSettings, run  # noqa: E402
 
 THESIS_FEDERANK = {"recall@20": 0.1440, "ndcg@20": 0.1164}
 

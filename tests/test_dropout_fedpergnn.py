@@ -15,13 +15,13 @@ import pytest
 
 from cluster import wire
 from data.synthetic import synthetic
+from engine import RunSettings, run
 from nodes.conditions import Conditions
 from nodes.deployment import Deployment, assign_hosts
 from privacy import oprf
 from protocols.base import build_config
 from protocols.fedpergnn import FedLightGCN
 from protocols.fedpergnn import messages as msg
-from protocols.runner import RunSettings, run
 
 pytestmark = pytest.mark.ray
 
@@ -38,6 +38,7 @@ PARAMS = {
 }
 # 30% of the users away in each round; the server updates E only with >= 4 of the 5 uploads
 CONDITIONS = Conditions(dropout=0.3, min_participants=4)
+
 
 def drive(placement, hosts, inspect=False):
     """ROUNDS rounds under CONDITIONS and an evaluation on a fresh deployment; with ``inspect``

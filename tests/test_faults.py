@@ -13,11 +13,11 @@ import ray.cloudpickle
 
 from cluster.message import node_id
 from data.synthetic import synthetic
+from engine import RunSettings, resume, run
 from nodes.conditions import LINKS, Conditions
 from nodes.deployment import Deployment, HostLostError, NodeSpec
 from nodes.node import Node
 from protocols.fedmf import FedMF, FedMFConfig
-from protocols.runner import RunSettings, resume, run
 
 sys.path.insert(0, str(Path(__file__).parent))
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
