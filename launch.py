@@ -268,7 +268,7 @@ def build_compare_parser() -> argparse.ArgumentParser:
         "--quick",
         action="store_true",
         default=None,
-        help="small rounds and parameters per protocol (the main job's; see protocols/compare.py QUICK)",
+        help="small rounds and parameters per protocol (the main job's; see engine/compare.py QUICK)",
     )
     _add_shared_arguments(p)
     _add_run_arguments(p, rounds_default=None)
@@ -467,10 +467,10 @@ COMPARE_KEYS = ("protocols", "rounds", "baselines", "quick")
 
 def parse_compare(argv: list[str] | None = None):
     """``compare``'s command line (without the word ``compare``): ``(parser, args, entries,
-    dataset options, run condition values)``, the entries planned by protocols.compare.plan."""
+    dataset options, run condition values)``, the entries planned by engine.compare.plan."""
+    from engine.compare import DEFAULT_PROTOCOLS, CompareError, plan
     from protocols import get_protocol
     from protocols.base import ConfigError, build_config
-    from protocols.compare import DEFAULT_PROTOCOLS, CompareError, plan
 
     parser = build_compare_parser()
     args = parser.parse_args(_argv(argv))
@@ -528,10 +528,10 @@ def main(argv: list[str] | None = None) -> int:
     parser, args, params, dataset_opts, condition_values = parse(argv)
     if args.resume is not None:
         return _resume(parser, args)
+    from engine import run
     from nodes.deployment import HostLostError, PlacementError
     from protocols import get_protocol
     from protocols.base import ConfigError, UnsuitableDataError, build_config
-    from protocols.runner import run
 
     try:
         build_config(get_protocol(args.protocol).Config, params)  # fail fast, before Ray starts
@@ -566,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _settings(args, conditions, **fields):
     """The RunSettings of the flags that run and compare share, plus ``fields``."""
-    from protocols.runner import RunSettings
+    from engine import RunSettings
 
     return RunSettings(
         seed=args.seed,
@@ -603,7 +603,7 @@ def _load(parser, args, dataset_opts: dict):
 
 def compare_main(argv: list[str]) -> int:
     """``launch.py compare ...``: 0 when at least one protocol ran, 1 when none did."""
-    from protocols.compare import compare, render_text
+    from engine.compare import compare, render_text
 
     parser, args, entries, dataset_opts, condition_values = parse_compare(argv)
     if args.quick and "snapshot_every" not in condition_values:
@@ -621,9 +621,9 @@ def compare_main(argv: list[str]) -> int:
 
 
 def _resume(parser, args) -> int:
+    from engine import resume
+    from engine.checkpoint import CheckpointError
     from nodes.deployment import HostLostError, PlacementError
-    from protocols.checkpoint import CheckpointError
-    from protocols.runner import resume
 
     try:
         run_dir, summary = resume(

@@ -2,10 +2,10 @@
 for ``--epochs`` rounds (one round = one epoch) on the real deployment (one curator actor),
 evaluated every ``--eval-every`` epochs; curve, final metrics, wall time and bytes (always 0).
 
-    python benchmarks/central.py --dataset ml-100k --models lightgcn,bprmf --epochs 150 --eval-every 10
-    python benchmarks/central.py --dataset ml-100k --models gcn,gat,mf --epochs 60 --eval-every 5 \\
+    python -m benchmarks.central --dataset ml-100k --models lightgcn,bprmf --epochs 150 --eval-every 10
+    python -m benchmarks.central --dataset ml-100k --models gcn,gat,mf --epochs 60 --eval-every 5 \\
         --param val_fraction=0.25 --name central-ml-100k-ratings
-    python benchmarks/central.py --dataset ml-100k --models dipsgnn --epochs 10 --param max_len=50
+    python -m benchmarks.central --dataset ml-100k --models dipsgnn --epochs 10 --param max_len=50
 
 Rating models with ``val_fraction`` > 0 (or a dataset with a validation part) also report the
 test RMSE at the evaluation with the best validation RMSE. Writes benchmarks/out/<name>.json,
@@ -15,19 +15,15 @@ already after every evaluation (``complete: false`` until the model's last epoch
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import parse_key_values, write_result  # noqa: E402
-from cluster.runtime import start_or_join  # noqa: E402
-from data.registry import load_dataset  # noqa: E402
-from models.baselines import popularity_metrics  # noqa: E402
-from nodes.deployment import Deployment  # noqa: E402
-from protocols.base import build_config  # noqa: E402
-from protocols.central import Central, CentralConfig  # noqa: E402
+from benchmarks.common import parse_key_values, write_result
+from cluster.runtime import start_or_join
+from data.registry import load_dataset
+from engine import deploy
+from models.baselines import popularity_metrics
+from protocols.base import build_config
+from protocols.central import Central, CentralConfig
 
 
 def train_model(
@@ -38,7 +34,7 @@ def train_model(
     config = build_config(CentralConfig, params)
     protocol = Central(dataset, config, seed)
     t0 = time.perf_counter()
-    dep = Deployment(protocol.node_specs(), seed=seed, shared=protocol.shared(), gpus_per_host=gpus)
+    dep = deploy(protocol, gpus_per_host=gpus)
     setup = time.perf_counter() - t0
     curve, train_seconds = [], 0.0
     try:

@@ -20,8 +20,8 @@ from pathlib import Path
 from benchmarks.common import parse_key_values, write_result
 from cluster.runtime import start_or_join
 from data.registry import default_data_dir, load_dataset
+from engine import RunSettings, run
 from nodes.conditions import Conditions
-from protocols.runner import RunSettings, run
 
 # the accuracy figure each protocol is judged by, and whether lower is better
 MAIN_METRIC = {"verfedgnn": ("rmse", True), "fedpergnn": ("rmse", True)}

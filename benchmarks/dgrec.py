@@ -1,7 +1,7 @@
 """DGREC against dmf, DLGNN (float and Laplace), central LightGCN and popularity; with
 --ablations also the paper's Table 3 switches and the public-ratio-0.2 comparison (Figure 2).
 
-    python benchmarks/dgrec.py --dataset ml-100k --rounds 100 [--dmf-rounds 100] [--ablations]
+    python -m benchmarks.dgrec --dataset ml-100k --rounds 100 [--dmf-rounds 100] [--ablations]
         [--params '{"hops": 2}'] [--dlgnn-params '{"hops": 2}'] [--variants dgrec,dlgnn_laplace]
         [--lightgcn-epochs 50] [--hypergnn-epochs 60] [--hypergnn-variants paper,dot] [--hosts 1]
 
@@ -20,19 +20,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import write_result  # noqa: E402
-from data.registry import load_dataset  # noqa: E402
-from data.types import RecDataset  # noqa: E402
-from models.baselines import popularity_metrics  # noqa: E402
-from protocols.runner import RunSettings, run  # noqa: E402
+from benchmarks.common import write_result
+from data.registry import load_dataset
+from data.types import RecDataset
+from engine import RunSettings, run
+from models.baselines import popularity_metrics
 
 # the DGREC variants: the paper's Table 3 switches, and ρ = 0.2 (Figure 2)
 ABLATIONS = {

@@ -27,9 +27,9 @@ from benchmarks.common import parse_key_values, write_result
 from data.registry import load_dataset
 from data.sequences import train_length, user_sequences
 from data.types import RecDataset
+from engine import RunSettings, run
 from models.metrics import next_item_metrics
 from protocols.dipsgnn import pooled_interactions
-from protocols.runner import RunSettings, run
 
 VARIANTS = {
     # the paper's setting: perturbed features (ε1 = 20) and noisy aggregation (ε2 = 5)

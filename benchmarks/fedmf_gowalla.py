@@ -1,21 +1,17 @@
 """fedmf on gowalla's published LightGCN split: Recall/NDCG@20 after a stated budget of rounds,
 beside the FedeRank figure quoted in the FedLightGCN thesis (0.1440 / 0.1164).
 
-    python benchmarks/fedmf_gowalla.py --rounds 1500 --eval-every 250 [--hosts 2]
+    python -m benchmarks.fedmf_gowalla --rounds 1500 --eval-every 250 [--hosts 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import write_result  # noqa: E402
-from data.registry import load_dataset  # noqa: E402
-from protocols.runner import RunSettings, run  # noqa: E402
+from benchmarks.common import write_result
+from data.registry import load_dataset
+from engine import RunSettings, run
 
 THESIS_FEDERANK = {"recall@20": 0.1440, "ndcg@20": 0.1164}
 

@@ -2,12 +2,12 @@
 on ml-100k ratings (u1), and the OPRF's throughput (in one process, and through the deployment
 with R key-server replicas).
 
-    python benchmarks/fedpergnn.py [--rounds 300] [--users-per-round 64] [--central-epochs 100]
+    python -m benchmarks.fedpergnn [--rounds 300] [--users-per-round 64] [--central-epochs 100]
                                    [--key-bits 2048] [--oprf-bits 2048] [--oprf-items 2000]
                                    [--skip oprf,fedlightgcn,fedmf,central]
-    python benchmarks/fedpergnn.py --backbone gat [--rounds 200] [--users-per-round 128]
+    python -m benchmarks.fedpergnn --backbone gat [--rounds 200] [--users-per-round 128]
                                    [--dim 16] [--layers 1] [--central-epochs 30] [--attacks]
-    python benchmarks/fedpergnn.py --oprf-replicas 1,2 [--oprf-users 40] [--oprf-bits 2048]
+    python -m benchmarks.fedpergnn --oprf-replicas 1,2 [--oprf-users 40] [--oprf-bits 2048]
 
 Federated runs go through the real deployment (Ray, packed users on one host); the central
 model sees the same training split. Writes benchmarks/out/fedpergnn[_gat|_oprf].json.
@@ -17,23 +17,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import write_result  # noqa: E402
-from cluster.runtime import start_or_join  # noqa: E402
-from data.registry import load_dataset  # noqa: E402
-from models.baselines import popularity_metrics  # noqa: E402
-from models.lightgcn import train_central  # noqa: E402
-from models.rating_gnn import build_rating_gnn, global_mean_rmse  # noqa: E402
-from models.rating_gnn import train_central as train_central_rating  # noqa: E402
-from nodes.deployment import Deployment  # noqa: E402
-from privacy import oprf  # noqa: E402
-from protocols import get_protocol  # noqa: E402
-from protocols.base import build_config  # noqa: E402
+from benchmarks.common import write_result
+from cluster.runtime import start_or_join
+from data.registry import load_dataset
+from engine import deploy
+from models.baselines import popularity_metrics
+from models.lightgcn import train_central
+from models.rating_gnn import build_rating_gnn, global_mean_rmse
+from models.rating_gnn import train_central as train_central_rating
+from privacy import oprf
+from protocols import get_protocol
+from protocols.base import build_config
 
 
 def oprf_throughput(bits: int, n: int) -> dict:
@@ -66,7 +62,7 @@ def federated(name: str, dataset, params: dict, rounds: int, eval_every: int) ->
     proto_cls = get_protocol(name)
     protocol = proto_cls(dataset, build_config(proto_cls.Config, params), seed=0)
     t0 = time.perf_counter()
-    dep = Deployment(protocol.node_specs(), seed=0, shared=protocol.shared(), hosts=1)
+    dep = deploy(protocol, hosts=1)
     curve = []
     try:
         for r in range(rounds):
@@ -111,7 +107,7 @@ def oprf_replicas(replicas: list[int], n_users: int, bits: int) -> list[dict]:
         proto_cls = get_protocol("fedlightgcn")
         cfg = build_config(proto_cls.Config, {"key_servers": r, "key_bits": bits})
         protocol = proto_cls(ds, cfg, seed=0)
-        dep = Deployment(protocol.node_specs(), seed=0, shared=protocol.shared(), hosts=1)
+        dep = deploy(protocol, hosts=1)
         try:
             t0 = time.perf_counter()
             protocol.tokenize(dep, 0)

@@ -5,7 +5,7 @@ privacy figures, wall time; written to benchmarks/out/<name>.json with the machi
     python launch.py --protocol fedlightgcn --dataset gowalla --rounds 20 --eval-every 10 \\
         --checkpoint-every 5                                  # → runs/<stamp>-fedlightgcn
     python launch.py --resume runs/<stamp>-fedlightgcn --rounds 60   # later, as often as needed
-    python benchmarks/run_report.py runs/<stamp>-fedlightgcn --name fedlightgcn-gowalla
+    python -m benchmarks.run_report runs/<stamp>-fedlightgcn --name fedlightgcn-gowalla
 
 Works on a run still in progress (the rows written so far; ``complete: false`` until summary.json
 covers the last metrics row).
@@ -16,12 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import write_result  # noqa: E402
+from benchmarks.common import write_result
 
 
 class RunDirError(ValueError):

@@ -1,33 +1,27 @@
 """The runtime's own cost: wall seconds per round of the trivial `ping` protocol for packed users,
 and the share of a `fedmf` round spent computing vs in codecs vs in transport and scheduling.
 
-    python benchmarks/runtime_cost.py [--users 1000 10000] [--hosts 2] [--rounds 5]
+    python -m benchmarks.runtime_cost [--users 1000 10000] [--hosts 2] [--rounds 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import write_result  # noqa: E402
-from cluster.runtime import start_or_join  # noqa: E402
-from data.synthetic import synthetic  # noqa: E402
-from nodes.deployment import Deployment  # noqa: E402
-from protocols.base import build_config  # noqa: E402
-from protocols.fedmf import FedMF  # noqa: E402
-from protocols.ping import Ping  # noqa: E402
+from benchmarks.common import write_result
+from cluster.runtime import start_or_join
+from data.synthetic import synthetic
+from engine import deploy
+from protocols.base import build_config
+from protocols.fedmf import FedMF
+from protocols.ping import Ping
 
 
 def measure(protocol, hosts: int, rounds: int) -> dict:
     t0 = time.perf_counter()
-    dep = Deployment(
-        protocol.node_specs(), seed=0, shared=protocol.shared(), placement="packed", hosts=hosts
-    )
+    dep = deploy(protocol, "packed", hosts)
     setup = time.perf_counter() - t0
     try:
         per_round = []

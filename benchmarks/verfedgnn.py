@@ -3,13 +3,13 @@ against the centralized GCN and MF of models/rating_gnn, on the same 60/20/20 sp
 iteration by kind beside the formula; privacy per release and composed. ``--scale N ...``:
 iterations per second and per-phase seconds on synthetic worlds of N users instead.
 
-    python benchmarks/verfedgnn.py                      # P=4, GCN, 600 iterations, 3 variants
-    python benchmarks/verfedgnn.py --rounds 200 --variants default
-    python benchmarks/verfedgnn.py --gnn gat --variants default --name verfedgnn_gat
-    python benchmarks/verfedgnn.py --attack --name verfedgnn_attack   # de-anonymization table
-    python benchmarks/verfedgnn.py --scale 100000 1000000 --scale-q 0 256 --name verfedgnn_scale
-    python benchmarks/verfedgnn.py --variants default,r_1,r_5,nq_2,nq_10 --rounds 400 --no-central
-    python benchmarks/verfedgnn.py --dataset filmtrust --thd 3.5 --variants default --rounds 400
+    python -m benchmarks.verfedgnn                      # P=4, GCN, 600 iterations, 3 variants
+    python -m benchmarks.verfedgnn --rounds 200 --variants default
+    python -m benchmarks.verfedgnn --gnn gat --variants default --name verfedgnn_gat
+    python -m benchmarks.verfedgnn --attack --name verfedgnn_attack   # de-anonymization table
+    python -m benchmarks.verfedgnn --scale 100000 1000000 --scale-q 0 256 --name verfedgnn_scale
+    python -m benchmarks.verfedgnn --variants default,r_1,r_5,nq_2,nq_10 --rounds 400 --no-central
+    python -m benchmarks.verfedgnn --dataset filmtrust --thd 3.5 --variants default --rounds 400
 
 Model selection: every ``--eval-every`` iterations (federated) or epoch (central) the validation
 RMSE is measured; the test RMSE reported is the one at the best validation RMSE.
@@ -20,20 +20,17 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from benchmarks.common import write_result  # noqa: E402
-from data.registry import load_dataset  # noqa: E402
-from models.rating_gnn import build_rating_gnn, global_mean_rmse, train_central  # noqa: E402
-from protocols.base import build_config  # noqa: E402
-from protocols.verfedgnn.protocol import (  # noqa: E402
+from benchmarks.common import write_result
+from data.registry import load_dataset
+from models.rating_gnn import build_rating_gnn, global_mean_rmse, train_central
+from protocols.base import build_config
+from protocols.verfedgnn.protocol import (
     VerFedGNN,
     iteration_bytes,
     n_participants,
@@ -80,10 +77,10 @@ def central(ds, kind: str, epochs: int, seed: int, thd: float = 4.0) -> dict:
 
 
 def federated(ds, params: dict, rounds: int, every: int, seed: int) -> dict:
-    from nodes.deployment import Deployment
+    from engine import deploy
 
     proto = VerFedGNN(ds, build_config(VerFedGNN.Config, params), seed=seed)
-    dep = Deployment(proto.node_specs(), seed=seed, shared=proto.shared(), placement="packed")
+    dep = deploy(proto, "packed")
     curve = []
     t0 = time.perf_counter()
     try:
@@ -139,14 +136,14 @@ def attack_table(ds, rounds: int, seed: int, p_ads: list[float]) -> dict:
     through the protocol's real messages (``attack = true``, evaluated after ``rounds``
     iterations); beside it ``simulate`` on the victim's trained item embeddings and honest edges
     (VerFedGNN with a fresh Φ, the unprojected aggregate, FedPerGNN-style)."""
-    from nodes.deployment import Deployment
+    from engine import deploy
     from protocols.verfedgnn.attack import simulate
 
     out = {}
     for p_ad in p_ads:
         params = {"parties": 4, "gnn": "gcn", "psi": True, "attack": True, "attack_p_ad": p_ad}
         proto = VerFedGNN(ds, build_config(VerFedGNN.Config, params), seed=seed)
-        dep = Deployment(proto.node_specs(), seed=seed, shared=proto.shared(), placement="packed")
+        dep = deploy(proto, "packed")
         t0 = time.perf_counter()
         try:
             for r in range(rounds):
@@ -207,7 +204,7 @@ def scale_run(ds, q: int, args) -> dict:
     """Iterations per second with P parties on ``ds``, PSI off (RSA blind signatures for every
     user would dominate; not timed here), Φ with ``q`` rows (-1: the default N/5; 0: no
     projection), timed per phase from the deployment's steps; peak RSS of every host process."""
-    from nodes.deployment import Deployment
+    from engine import deploy
 
     params = {"parties": args.parties, "gnn": args.gnn, "psi": False}
     if q == 0:
@@ -216,7 +213,7 @@ def scale_run(ds, q: int, args) -> dict:
         params["projection_dim"] = q
     t0 = time.perf_counter()
     proto = VerFedGNN(ds, build_config(VerFedGNN.Config, params), seed=args.seed)
-    dep = Deployment(proto.node_specs(), seed=args.seed, shared=proto.shared(), placement="packed")
+    dep = deploy(proto, "packed")
     setup_s = time.perf_counter() - t0
     iters = []
     try:

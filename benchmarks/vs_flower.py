@@ -101,8 +101,8 @@ def run_privrec(n: int, fail: float, rounds: int, hosts: int, interval: float) -
 
     from cluster.runtime import start_or_join
     from data.synthetic import synthetic
+    from engine import deploy
     from nodes.conditions import Conditions
-    from nodes.deployment import Deployment
     from protocols.base import build_config
     from protocols.echo import SERVER, Echo
 
@@ -116,14 +116,7 @@ def run_privrec(n: int, fail: float, rounds: int, hosts: int, interval: float) -
         t0 = time.perf_counter()
         start_or_join(None)
         t1 = time.perf_counter()
-        dep = Deployment(
-            protocol.node_specs(),
-            seed=0,
-            shared=protocol.shared(),
-            placement="packed",
-            hosts=hosts,
-            conditions=conditions,
-        )
+        dep = deploy(protocol, "packed", hosts, conditions=conditions)
         t2 = time.perf_counter()
         seconds, uploads = [], []
         for r in range(rounds):

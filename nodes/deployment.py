@@ -342,7 +342,7 @@ class Deployment:
     # --- checkpoints ---------------------------------------------------------------------------
     def snapshot(self) -> dict:
         """The whole deployment's state between supersteps: every host's nodes, the message
-        batches not yet delivered, and the ledger (see protocols/checkpoint.py)."""
+        batches not yet delivered, and the ledger (see engine/checkpoint.py)."""
         return {
             "route": dict(self.route),
             "hosts": ray.get([h.snapshot.remote() for h in self.hosts]),

@@ -130,7 +130,7 @@ def _reduce_private_key(key: rsa.RSAPrivateKey):
     return _private_key_from_der, (der,)
 
 
-# cryptography's key objects do not pickle; a run checkpoint (protocols/checkpoint.py) pickles
+# cryptography's key objects do not pickle; a run checkpoint (engine/checkpoint.py) pickles
 # every node, key servers and users included, so teach pickle (and cloudpickle, which reads the
 # same table) to carry keys as PKCS#8 DER and public numbers as (e, N). A checkpoint therefore
 # holds the key server's secret key, like every other node's private state: keep it private.

@@ -24,7 +24,7 @@ def ml100k():
     ],
 )
 def test_beats_popularity_on_ml100k(ray_local, tmp_path, ml100k, protocol, rounds, params):
-    from protocols.runner import RunSettings, run
+    from engine import RunSettings, run
 
     _, summary = run(
         RunSettings(

@@ -15,6 +15,7 @@ import launch
 from data.registry import load_dataset
 from data.synthetic import synthetic
 from data.types import RecDataset
+from engine import RunSettings, run
 from models.bpr import sample_negatives
 from models.lightgcn import CentralTrainer, LightGCN, train_central
 from models.metrics import full_ranking_metrics
@@ -23,7 +24,6 @@ from models.rating_gnn import train_central as train_rating_central
 from protocols.base import ConfigError, build_config
 from protocols.central import Central, CentralConfig
 from protocols.central.trainers import build_trainer
-from protocols.runner import RunSettings, run
 
 # per model: small-data hyper-parameters under which 2 epochs visibly train
 FAST = {

@@ -10,8 +10,8 @@ import pytest
 
 import launch
 from data.synthetic import synthetic
-from protocols.checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
-from protocols.runner import RunSettings, resume, run
+from engine import RunSettings, resume, run
+from engine.checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
 
 pytestmark = pytest.mark.ray
 

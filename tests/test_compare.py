@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 
 import launch
-from protocols import PROTOCOLS
-from protocols.base import Protocol, ProtocolConfig
-from protocols.compare import (
+from engine.compare import (
     QUICK,
     CompareError,
     baseline_of,
@@ -24,6 +22,8 @@ from protocols.compare import (
     protocol_row,
     render_markdown,
 )
+from protocols import PROTOCOLS
+from protocols.base import Protocol, ProtocolConfig
 
 
 class Broken(Protocol):

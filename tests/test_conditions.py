@@ -9,13 +9,13 @@ import pickle
 
 import pytest
 
-from nodes.conditions import LINKS, Conditions, ConditionsError
-from protocols.checkpoint import (
+from engine.checkpoint import (
     CHECKPOINT_NAME,
     PREVIOUS_NAME,
     load_checkpoint,
     save_checkpoint,
 )
+from nodes.conditions import LINKS, Conditions, ConditionsError
 
 
 def test_offline_draw_has_the_asked_rate_and_depends_only_on_seed_round_and_node():

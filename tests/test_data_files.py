@@ -422,7 +422,7 @@ FEDMF_SMALL = {"dim": 8, "users_per_round": 0}
     ],
 )
 def test_protocols_run_on_a_folder_dataset(ray_local, world, tmp_path, fmt, protocol, params):
-    from protocols.runner import RunSettings, run
+    from engine import RunSettings, run
 
     d = load_dataset(WRITERS[fmt](world, tmp_path / fmt))
     settings = RunSettings(

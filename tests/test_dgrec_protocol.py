@@ -15,8 +15,8 @@ from dp_accounting import dp_event
 from cluster import wire
 from cluster.message import index_of
 from data.synthetic import synthetic
+from engine import deploy
 from models.baselines import popularity_metrics
-from nodes.deployment import Deployment
 from privacy.accountant import epsilon_of, randomized_response_event
 from protocols.base import ConfigError, build_config
 from protocols.dgrec.protocol import (
@@ -50,14 +50,7 @@ def run(
 ):
     ds = dataset or small_dataset()
     protocol = cls(ds, build_config(cls.Config, {**SMALL, **params}), seed=3)
-    dep = Deployment(
-        protocol.node_specs(),
-        seed=protocol.seed,
-        shared=protocol.shared(),
-        placement=placement,
-        hosts=hosts,
-        tap=tap,
-    )
+    dep = deploy(protocol, placement, hosts, tap=tap)
     try:
         trains = [protocol.run_round(dep, r) for r in range(rounds)]
         metrics = protocol.evaluate(dep, rounds - 1)

@@ -11,7 +11,7 @@ import pytest
 from cluster import wire
 from data.sequences import train_length
 from data.synthetic import synthetic
-from nodes.deployment import Deployment
+from engine import deploy
 from privacy.calibration import calibrate_sigma, edge_sensitivity, spent_epsilon
 from privacy.feature_perturbation import (
     encode_user_features,
@@ -35,14 +35,7 @@ def small_dataset(seed=0, n_users=N_USERS, n_items=N_ITEMS, avg=10):
 def run(params, placement="packed", hosts=1, rounds=2, dataset=None, tap=False, seed=3):
     ds = dataset or small_dataset()
     protocol = DIPSGNNProtocol(ds, build_config(DIPSGNNProtocol.Config, params), seed=seed)
-    dep = Deployment(
-        protocol.node_specs(),
-        seed=seed,
-        shared=protocol.shared(),
-        placement=placement,
-        hosts=hosts,
-        tap=tap,
-    )
+    dep = deploy(protocol, placement, hosts, tap=tap)
     try:
         trains = [protocol.run_round(dep, r) for r in range(rounds)]
         metrics = protocol.evaluate(dep, rounds - 1)

@@ -18,8 +18,8 @@ from cluster import wire
 from cluster.ledger import is_eval_phase
 from cluster.message import index_of
 from data.synthetic import synthetic
+from engine import deploy
 from nodes.conditions import Conditions
-from nodes.deployment import Deployment
 from nodes.node import NodeContext
 from privacy.onebit import encode_onebit, onebit_scale
 from protocols.base import build_config
@@ -52,15 +52,7 @@ def drive(name, placement="packed", hosts=1, tap=True, dropout=0.3):
     cls, params = CASES[name]
     protocol = cls(small_dataset(), build_config(cls.Config, params), seed=SEED)
     cond = Conditions(dropout=dropout, snapshot_every=0)  # no faults here: no snapshots needed
-    dep = Deployment(
-        protocol.node_specs(),
-        seed=SEED,
-        shared=protocol.shared(),
-        placement=placement,
-        hosts=hosts,
-        tap=tap,
-        conditions=cond,
-    )
+    dep = deploy(protocol, placement, hosts, tap=tap, conditions=cond)
     try:
         rounds = []
         for r in range(ROUNDS):
@@ -252,15 +244,7 @@ def test_a_member_decodes_what_reached_it_when_a_host_dies_mid_gossip(ray_local)
     protocol = cls(small_dataset(), build_config(cls.Config, params), seed=SEED)
     lr, hops, r = protocol.config.lr, protocol.config.hops, 0
     shared = protocol.shared()
-    dep = Deployment(
-        protocol.node_specs(),
-        seed=SEED,
-        shared=shared,
-        placement="packed",
-        hosts=2,
-        tap=True,
-        conditions=Conditions(snapshot_every=1),
-    )
+    dep = deploy(protocol, "packed", 2, tap=True, conditions=Conditions(snapshot_every=1))
     try:
         dep.begin_round(r)
         protocol.stage1(dep, r)

@@ -15,13 +15,13 @@ import pytest
 
 from cluster import wire
 from data.synthetic import synthetic
+from engine import RunSettings, deploy, run
 from nodes.conditions import Conditions
-from nodes.deployment import Deployment, assign_hosts
+from nodes.deployment import assign_hosts
 from privacy import oprf
 from protocols.base import build_config
 from protocols.fedpergnn import FedLightGCN
 from protocols.fedpergnn import messages as msg
-from protocols.runner import RunSettings, run
 
 pytestmark = pytest.mark.ray
 
@@ -46,15 +46,7 @@ def drive(placement, hosts, inspect=False):
     read after every round."""
     ds = synthetic(n_users=N_USERS, n_items=N_ITEMS, avg_interactions=6, seed=0)
     protocol = FedLightGCN(ds, build_config(FedLightGCN.Config, PARAMS), seed=SEED)
-    dep = Deployment(
-        protocol.node_specs(),
-        seed=protocol.seed,
-        shared=protocol.shared(),
-        placement=placement,
-        hosts=hosts,
-        tap=inspect,
-        conditions=CONDITIONS,
-    )
+    dep = deploy(protocol, placement, hosts, tap=inspect, conditions=CONDITIONS)
     out = {"protocol": protocol, "train": [], "dropped": [], "states": [], "views": [], "E": []}
     users = [f"user/{u}" for u in protocol.users]
     try:

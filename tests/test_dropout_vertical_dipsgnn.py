@@ -17,8 +17,8 @@ import pytest
 from cluster.ledger import is_eval_phase
 from cluster.message import index_of, node_id
 from data.synthetic import synthetic
+from engine import deploy
 from nodes.conditions import Conditions
-from nodes.deployment import Deployment
 from privacy.calibration import spent_epsilon
 from protocols.base import build_config
 from protocols.dipsgnn import DIPSGNNProtocol
@@ -36,15 +36,7 @@ DIPS = {"hidden_dim": 8, "user_dim": 4, "max_len": 12, "batch_size": 16, "epochs
 def _drive(proto, conditions, placement="packed", hosts=1, tap=False):
     """The runner's loop on a bare deployment: per round the train figures, who was dropped and
     the bytes by kind; then one evaluation."""
-    dep = Deployment(
-        proto.node_specs(),
-        seed=proto.seed,
-        shared=proto.shared(),
-        placement=placement,
-        hosts=hosts,
-        tap=tap,
-        conditions=conditions,
-    )
+    dep = deploy(proto, placement, hosts, tap=tap, conditions=conditions)
     try:
         rows = []
         for r in range(ROUNDS):
@@ -169,7 +161,7 @@ def test_verfedgnn_party_that_lost_the_alignment_rejoins(ray_local):
         build_config(VerFedGNN.Config, {**VFG, "participation": 1.0}),
         seed=SEED,
     )
-    dep = Deployment(proto.node_specs(), seed=proto.seed, shared=proto.shared(), tap=True)
+    dep = deploy(proto, tap=True)
     try:
         train, dropped = [], []
         for r in range(ROUNDS):

@@ -13,11 +13,11 @@ import ray.cloudpickle
 
 from cluster.message import node_id
 from data.synthetic import synthetic
+from engine import RunSettings, deploy, resume, run
 from nodes.conditions import LINKS, Conditions
 from nodes.deployment import Deployment, HostLostError, NodeSpec
 from nodes.node import Node
 from protocols.fedmf import FedMF, FedMFConfig
-from protocols.runner import RunSettings, resume, run
 
 sys.path.insert(0, str(Path(__file__).parent))
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
@@ -91,14 +91,7 @@ def test_a_killed_server_host_recovers_from_its_last_snapshot(ray_local, tmp_pat
 def test_no_message_leaves_the_lost_hosts_nodes_in_the_interrupted_round(ray_local):
     data = synthetic(n_users=16, n_items=40, seed=2)
     proto = FedMF(data, FedMFConfig(dim=8, users_per_round=0), seed=0)
-    dep = Deployment(
-        proto.node_specs(),
-        seed=0,
-        shared=proto.shared(),
-        hosts=2,
-        tap=True,
-        conditions=Conditions(kill_hosts=((2, 0),)),
-    )
+    dep = deploy(proto, hosts=2, tap=True, conditions=Conditions(kill_hosts=((2, 0),)))
     try:
         lost = {nid for nid, h in dep.route.items() if h == 0}
         for rnd in range(4):
@@ -132,14 +125,7 @@ def test_without_a_snapshot_a_fault_stops_with_one_line_and_a_resumable_checkpoi
 def _fedmf_rounds(placement, hosts, rounds=4):
     data = synthetic(n_users=12, n_items=30, seed=3)
     proto = FedMF(data, FedMFConfig(dim=8, users_per_round=0, eval_every=1), seed=5)
-    dep = Deployment(
-        proto.node_specs(),
-        seed=5,
-        shared=proto.shared(),
-        placement=placement,
-        hosts=hosts,
-        conditions=Conditions(dropout=0.3),
-    )
+    dep = deploy(proto, placement, hosts, conditions=Conditions(dropout=0.3))
     out = []
     try:
         for rnd in range(rounds):

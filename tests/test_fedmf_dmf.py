@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from data.synthetic import synthetic
-from nodes.deployment import Deployment
+from engine import deploy
 from protocols.base import build_config
 from protocols.dmf import DMF
 from protocols.fedmf import FedMF
@@ -23,21 +23,10 @@ def small_dataset(seed=0):
     return synthetic(n_users=N_USERS, n_items=N_ITEMS, avg_interactions=8, seed=seed)
 
 
-def deploy(protocol, placement, hosts, tap=False):
-    return Deployment(
-        protocol.node_specs(),
-        seed=protocol.seed,
-        shared=protocol.shared(),
-        placement=placement,
-        hosts=hosts,
-        tap=tap,
-    )
-
-
 def run(proto_cls, params, placement, hosts, rounds=3, dataset=None, tap=False):
     ds = dataset or small_dataset()
     protocol = proto_cls(ds, build_config(proto_cls.Config, params), seed=3)
-    dep = deploy(protocol, placement, hosts, tap)
+    dep = deploy(protocol, placement, hosts, tap=tap)
     try:
         trains = [protocol.run_round(dep, r) for r in range(rounds)]
         metrics = protocol.evaluate(dep, rounds - 1)

@@ -14,6 +14,7 @@ import torch
 from cluster import wire
 from cluster.message import Message
 from data.synthetic import synthetic
+from engine import deploy
 from models.fedpergnn_gat import (
     LocalGAT,
     build_local_gat_graph,
@@ -21,7 +22,6 @@ from models.fedpergnn_gat import (
     predict_candidates,
     rating_loss,
 )
-from nodes.deployment import Deployment
 from nodes.node import NodeContext
 from protocols.base import ConfigError, build_config
 from protocols.fedpergnn import FedPerGNN, ratings_by_user
@@ -205,9 +205,7 @@ def test_gat_needs_ratings_and_checks_key_servers():
 
 def _run(ds, params, placement="packed", hosts=1, rounds=2, tap=False):
     p = FedPerGNN(ds, build_config(FedPerGNN.Config, {**BASE, **params}), seed=3)
-    dep = Deployment(
-        p.node_specs(), seed=3, shared=p.shared(), placement=placement, hosts=hosts, tap=tap
-    )
+    dep = deploy(p, placement, hosts, tap=tap)
     try:
         for r in range(rounds):
             p.run_round(dep, r)

@@ -15,8 +15,8 @@ import torch
 from cluster import wire
 from cluster.message import Message
 from data.synthetic import synthetic
+from engine import deploy
 from models.baselines import popularity_metrics
-from nodes.deployment import Deployment
 from nodes.node import NodeContext
 from privacy import oprf
 from privacy.attacks import dictionary_attack
@@ -44,17 +44,6 @@ def small_dataset(seed=0, n_users=N_USERS, n_items=N_ITEMS, avg=6):
 def make(params, dataset=None, seed=3, cls=FedPerGNN):
     ds = dataset or small_dataset()
     return cls(ds, build_config(cls.Config, {**BASE, **params}), seed=seed)
-
-
-def deploy(protocol, placement="packed", hosts=1, tap=False):
-    return Deployment(
-        protocol.node_specs(),
-        seed=protocol.seed,
-        shared=protocol.shared(),
-        placement=placement,
-        hosts=hosts,
-        tap=tap,
-    )
 
 
 @pytest.fixture(scope="module")

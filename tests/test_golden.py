@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from data.synthetic import synthetic
+from engine import RunSettings, run
 from nodes.conditions import Conditions
-from protocols.runner import RunSettings, run
 
 GOLDEN = Path(__file__).parent / "golden" / "runs.json"
 REL = 1e-6

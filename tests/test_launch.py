@@ -13,7 +13,7 @@ import tomllib
 from conftest import needs_shared_data
 
 import launch
-from protocols.report import SUMMARY_KEYS
+from engine.report import SUMMARY_KEYS
 
 
 def error_of(capsys, argv):

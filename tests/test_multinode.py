@@ -12,7 +12,7 @@ def test_hosts_spread_over_nodes_with_gpu_shares():
     from ray.cluster_utils import Cluster
 
     from data.synthetic import synthetic
-    from nodes.deployment import Deployment
+    from engine import deploy
     from protocols.base import build_config
     from protocols.fedmf import FedMF
 
@@ -32,14 +32,7 @@ def test_hosts_spread_over_nodes_with_gpu_shares():
         proto = FedMF(
             ds, build_config(FedMF.Config, {"dim": 4, "users_per_round": 4, "pairs": 2}), seed=0
         )
-        dep = Deployment(
-            proto.node_specs(),
-            seed=0,
-            shared=proto.shared(),
-            placement="packed",
-            hosts=3,
-            gpus_per_host=0.5,
-        )
+        dep = deploy(proto, "packed", hosts=3, gpus_per_host=0.5)
         try:
             info = dep.host_info()
             assert len({i["node_id"] for i in info}) == 2, info  # spread over both nodes

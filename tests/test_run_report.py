@@ -1,12 +1,12 @@
 """Run reports: benchmarks/run_report.py (a run directory, possibly resumed → one benchmark
-record) and protocols/report.py's plots (one run's PNGs, the comparison of several runs)."""
+record) and engine/report.py's plots (one run's PNGs, the comparison of several runs)."""
 
 import json
 
 import pytest
 
 from benchmarks.run_report import RunDirError, summarize
-from protocols.report import (
+from engine.report import (
     RunReport,
     main_metric,
     plot_comparison,
@@ -161,7 +161,7 @@ def test_plot_comparison_writes_its_files(tmp_path):
 @pytest.mark.ray
 def test_a_private_run_records_per_round_privacy_and_plots_it(ray_local, tmp_path):
     from data.synthetic import synthetic
-    from protocols.runner import RunSettings, run
+    from engine import RunSettings, run
 
     settings = RunSettings(
         protocol="dgrec", rounds=2, out=str(tmp_path), params={"eval_every": 0}, progress=False

@@ -10,7 +10,7 @@ import torch
 
 from cluster import wire
 from data.synthetic import synthetic
-from nodes.deployment import Deployment
+from engine import deploy
 from privacy.attacks.deanonymization import match_aggregates
 from privacy.projection import GaussianProjection, reconstruct
 from protocols.base import ConfigError, build_config
@@ -39,9 +39,7 @@ def test_attack_run_reports_ordering_from_the_received_aggregate(ray_local):
     ds = synthetic(n_users=N_USERS, n_items=N_ITEMS, avg_interactions=12, seed=0)
     params = {"parties": 3, "psi": True, "psi_key_bits": 1024, "attack": True, "attack_p_ad": 0.8}
     proto = VerFedGNN(ds, build_config(VerFedGNN.Config, params), seed=3)
-    dep = Deployment(
-        proto.node_specs(), seed=3, shared=proto.shared(), placement="packed", hosts=1, tap=True
-    )
+    dep = deploy(proto, "packed", 1, tap=True)
     try:
         proto.run_round(dep, 0)  # PSI (adversarial users included) and one iteration
         metrics = proto.evaluate(dep, 0)

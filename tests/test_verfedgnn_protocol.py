@@ -11,7 +11,7 @@ import torch
 
 from cluster import wire
 from data.synthetic import synthetic
-from nodes.deployment import Deployment
+from engine import deploy
 from protocols.base import ConfigError, build_config
 from protocols.verfedgnn.protocol import (
     VerFedGNN,
@@ -32,14 +32,7 @@ def small_dataset(seed=0, n_users=N_USERS, n_items=N_ITEMS, avg=10):
 def make(params, dataset=None, placement="packed", tap=False):
     ds = dataset or small_dataset()
     proto = VerFedGNN(ds, build_config(VerFedGNN.Config, params), seed=3)
-    dep = Deployment(
-        proto.node_specs(),
-        seed=proto.seed,
-        shared=proto.shared(),
-        placement=placement,
-        hosts=1,
-        tap=tap,
-    )
+    dep = deploy(proto, placement, 1, tap=tap)
     return proto, dep
 
 

@@ -195,7 +195,7 @@ def plan(
 
 # --- running -------------------------------------------------------------------------------------
 def new_compare_dir(out: str | Path) -> Path:
-    from protocols.report import new_run_dir
+    from engine.report import new_run_dir
 
     return new_run_dir(out, "compare")
 
@@ -213,7 +213,7 @@ def compare(
     every run shares (seed, placement, hosts, cluster, conditions), each entry its protocol, rounds
     and parameters. Returns the report's folder and the comparison (``comparison.json``)."""
     from cluster.runtime import start_or_join
-    from protocols.runner import run
+    from engine.runner import run
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     t_all = time.perf_counter()
@@ -386,9 +386,9 @@ def _attach_baselines(rows: list[dict], entries: list[Entry]) -> None:
 
 
 def _plots(rows: list[dict], cmp_dir: Path) -> tuple[list[str], str | None]:
-    """The comparison plots of protocols.report.plot_comparison (when that exists), one line
+    """The comparison plots of engine.report.plot_comparison (when that exists), one line
     per protocol that ran; ``(paths, None)`` or ``([], reason)`` if plotting failed."""
-    from protocols import report
+    from engine import report
 
     plot = getattr(report, "plot_comparison", None)
     if plot is None:

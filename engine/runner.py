@@ -1,4 +1,5 @@
-"""Run a protocol on a deployment for a number of rounds and write its run report."""
+"""Run a protocol on a deployment for a number of rounds and write its run report; build the
+deployment of a protocol (:func:`deploy`, the one way tests, benchmarks and the runner make one)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ from tqdm import tqdm
 
 from cluster.runtime import start_or_join
 from data.types import RecDataset
+from engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from engine.report import RunReport, new_run_dir, privacy_scalars
 from models.baselines import popularity_metrics
 from nodes.conditions import Conditions
-from nodes.deployment import Deployment, HostLostError, assign_hosts
+from nodes.deployment import Deployment, HostLostError, NodeSpec, assign_hosts
 from protocols import get_protocol
-from protocols.base import ConfigError, UnsuitableDataError, build_config
-from protocols.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from protocols.report import RunReport, new_run_dir, privacy_scalars
+from protocols.base import ConfigError, Protocol, UnsuitableDataError, build_config
 
 
 @dataclass
@@ -137,16 +138,44 @@ def resume(
     )
 
 
-def _deploy(settings: RunSettings, protocol, specs) -> Deployment:
+def deploy(
+    protocol: Protocol,
+    placement: str = "packed",
+    hosts: int = 1,
+    *,
+    tap: bool = False,
+    conditions: Conditions | None = None,
+    gpus_per_host: float = 0.0,
+    cpus_per_host: float | None = None,
+    specs: list[NodeSpec] | None = None,
+) -> Deployment:
+    """The deployment of ``protocol``'s nodes on Ray (started or joined already): its node specs
+    (or ``specs``, when the caller made them already), its seed and shared values, on ``hosts``
+    hosts placed by ``placement``. ``tap=True`` keeps a copy of every message sent (tests scan
+    them for private data); ``conditions`` are the run conditions (none by default). The caller
+    closes it (``dep.close()``)."""
     return Deployment(
-        specs,
-        seed=settings.seed,
+        protocol.node_specs() if specs is None else specs,
+        seed=protocol.seed,
         shared=protocol.shared(),
-        placement=settings.placement,
-        hosts=settings.hosts,
-        cpus_per_host=settings.cpus_per_host,
-        gpus_per_host=settings.gpus_per_host,
+        placement=placement,
+        hosts=hosts,
+        cpus_per_host=cpus_per_host,
+        gpus_per_host=gpus_per_host,
+        tap=tap,
+        conditions=conditions,
+    )
+
+
+def _deploy(settings: RunSettings, protocol: Protocol, specs: list[NodeSpec]) -> Deployment:
+    return deploy(
+        protocol,
+        settings.placement,
+        settings.hosts,
         conditions=settings.conditions,
+        gpus_per_host=settings.gpus_per_host,
+        cpus_per_host=settings.cpus_per_host,
+        specs=specs,
     )
 
 

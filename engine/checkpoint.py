@@ -65,6 +65,21 @@ def load_checkpoint(run_dir: str | Path) -> dict:
         raise
 
 
+# Modules that moved since checkpoints were first written: a checkpoint's RunSettings was pickled
+# as protocols.runner.RunSettings before the runner moved to the engine package.
+_MOVED = {
+    "protocols.runner": "engine.runner",
+    "protocols.report": "engine.report",
+    "protocols.checkpoint": "engine.checkpoint",
+    "protocols.compare": "engine.compare",
+}
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        return super().find_class(_MOVED.get(module, module), name)
+
+
 def _load(path: Path) -> dict:
     if not path.is_file():
         raise CheckpointError(
@@ -72,7 +87,7 @@ def _load(path: Path) -> dict:
         )
     try:
         with open(path, "rb") as f:
-            state = pickle.load(f)
+            state = _Unpickler(f).load()
     except Exception as e:  # truncated, corrupt or written by another program
         raise CheckpointError(
             f"{path}: not a readable privrec checkpoint ({type(e).__name__}: {e})"
