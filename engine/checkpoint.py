@@ -65,8 +65,9 @@ def load_checkpoint(run_dir: str | Path) -> dict:
         raise
 
 
-# Modules that moved since checkpoints were first written: a checkpoint's RunSettings was pickled
-# as protocols.runner.RunSettings before the runner moved to the engine package.
+# Modules that moved since checkpoints were first written (a checkpoint's RunSettings was pickled
+# as protocols.runner.RunSettings): such a checkpoint still unpickles, and is then refused by its
+# format number in one line rather than by a missing module.
 _MOVED = {
     "protocols.runner": "engine.runner",
     "protocols.report": "engine.report",
