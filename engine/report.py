@@ -157,7 +157,7 @@ PAPER_EPSILON = (
 )
 BUDGET_EPSILON = ("epsilon2_budget",)  # DIPSGNN
 # spent δ at ε = 0 (VerFedGNN, ternary quantization): rigorous and the paper's
-PAPER_DELTA = ("privacy_delta", "paper_delta_composed")
+PAPER_DELTA = ("privacy_delta_spent", "paper_delta_composed")  # δ at ε = 0, spent so far
 
 
 def privacy_points(row: dict) -> dict:

@@ -385,6 +385,7 @@ class VerFedGNN(Protocol):
         if c.mechanism == "ternary":
             per = ternary_delta(l1, c.ternary_r)
             out["privacy_delta_per_release"] = per.delta
+            out["privacy_delta_spent"] = min(1.0, releases * per.delta)  # (0, kδ₁) by composition
             out["paper_delta_per_release"] = per.paper_delta
             out["paper_delta_composed"] = min(1.0, releases * per.paper_delta)
         else:
