@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from protocols.dgrec.protocol import DGREC, DGRECConfig
+from protocols.dgrec.config import DGRECConfig
+from protocols.dgrec.protocol import DGREC
 
 
 @dataclasses.dataclass

@@ -19,12 +19,8 @@ from engine import deploy
 from models.baselines import popularity_metrics
 from privacy.accountant import epsilon_of, randomized_response_event
 from protocols.base import ConfigError, build_config
-from protocols.dgrec.protocol import (
-    DGREC,
-    decode_share,
-    decode_status,
-    share_message_size,
-)
+from protocols.dgrec.messages import decode_share, decode_status, share_message_size
+from protocols.dgrec.protocol import DGREC
 from protocols.dgrec.sampling import gossip_rounds, local_edges, worst_case_bits
 from protocols.dlgnn import DLGNN
 

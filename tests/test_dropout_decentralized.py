@@ -23,7 +23,8 @@ from nodes.conditions import Conditions
 from nodes.node import NodeContext
 from privacy.onebit import encode_onebit, onebit_scale
 from protocols.base import build_config
-from protocols.dgrec.protocol import DGREC, decode_held, decode_share
+from protocols.dgrec.messages import decode_held, decode_share
+from protocols.dgrec.protocol import DGREC
 from protocols.dgrec.sampling import sample_neighbourhood
 from protocols.dlgnn import DLGNN
 from protocols.dmf import DMF

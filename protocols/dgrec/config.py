@@ -1,0 +1,92 @@
+"""DGREC's parameters (protocols/dgrec/protocol.py runs them).
+
+Step size (not stated by the paper; measured on ml-100k). The decoded one-bit mean estimates the
+mean of *clipped* gradients, so in expectation a step moves an element by at most lr·δ, while its
+noise has standard deviation lr·δ·coth(β/2)/√k (k gradients; 0.216/√k at δ = 0.1, β = 1). The
+item-embedding gradients of eq. 3 are ~6e-3 per element (BPR summed over ``pairs`` pairs), far
+below δ, so lr must be large: at lr 0.05 with 4 neighbourhoods a round (a user trains in ~1/3 of
+the rounds) the users' models barely left their initialisation in 100 rounds (Recall@20 0.0475).
+Defaults here: lr 0.5, 64 pairs, 12 neighbourhoods a round (most users train every round);
+δ, β, H, n_u keep the paper's values. ``model = "lightgcn"`` (models/dgrec.py ``DLGNNUserModel``)
+is the DLGNN baseline (protocols/dlgnn.py).
+
+Ablations (the paper's Table 3): ``use_hypergraph``, ``use_bipartite``, ``interest_attention``,
+``pearson`` (models/dgrec.py), ``use_public`` (no neighbours' publicized items), and
+``mechanism = "laplace"`` (clip + Laplace(λ) float gradients instead of one-bit; λ = 2δ/β by default,
+the same per-element ε) or ``"float"`` (raw float gradients, no privacy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar
+
+from protocols.base import ProtocolConfig, require
+
+MECHANISMS = ("onebit", "laplace", "float")
+MODELS = ("dgrec", "lightgcn")
+PAPER_RDP = (1.5, 0.54)  # the paper's stated (α, ε) RDP guarantee
+
+
+@dataclasses.dataclass
+class DGRECConfig(ProtocolConfig):
+    ALIASES: ClassVar[dict[str, str]] = {"delta": "clip", "sharing": "mechanism", "l2_weight": "l2"}
+
+    # model (stage 2); "lightgcn" is the DLGNN baseline (models/dgrec.py DLGNNUserModel)
+    model: str = "dgrec"
+    layers: int = 2  # LightGCN layers (model = "lightgcn")
+    dim: int = 16
+    n_interests: int = 6
+    hidden: int = 32
+    scorer: str = "mlp"  # the paper's MLP(e_u ‖ e_i); "dot": e_u · e_i (a departure, for diagnosis)
+    pearson_weight: float = 0.1
+    l2: float = 1e-5  # L2 weight of the loss
+    init_std: float = 0.1
+    # stage 1
+    public_ratio: float = 1.0  # ρ
+    neighbours: int = 10  # k of data/graphs.py
+    # stage 3
+    hops: int = 4  # H
+    n_u: int = 3
+    neighbourhoods: float = 12.0  # expected seeds per round (most users train every round)
+    pairs: int = 64
+    loss_reduction: str = "sum"  # eq. 3 sums BPR over the user's pairs ("mean": average)
+    lr: float = 0.5  # the decoded step is ≤ δ per element in expectation (see README note)
+    clip: float = 0.1  # δ, clip bound
+    beta: float = 1.0  # β, one-bit strength (ε per element)
+    mechanism: str = "onebit"  # onebit | laplace | float (the shared gradients)
+    laplace_scale: float = 0.0  # λ for mechanism="laplace"; 0 → 2δ/β (same per-element ε as β)
+    # ablations (Table 3)
+    use_hypergraph: bool = True
+    use_bipartite: bool = False
+    interest_attention: bool = True
+    pearson: bool = True
+    use_public: bool = True
+    # accounting
+    privacy_delta: float = 1e-5
+    # runtime: a host computes its users' training and evaluation in one batched pass
+    batch_users: bool = True
+
+    def check(self) -> None:
+        super().check()
+        for name in ("dim", "n_interests", "hidden", "neighbours", "hops", "n_u", "pairs"):
+            require(getattr(self, name) >= 1, name, "must be >= 1")
+        require(0.0 <= self.public_ratio <= 1.0, "public_ratio", "must be in [0, 1]")
+        require(self.neighbourhoods > 0, "neighbourhoods", "must be > 0")
+        require(self.lr > 0, "lr", "must be > 0")
+        require(math.isfinite(self.clip) and self.clip > 0, "clip", "must be > 0")
+        require(math.isfinite(self.beta) and self.beta > 0, "beta", "must be > 0")
+        require(self.mechanism in MECHANISMS, "mechanism", f"must be one of {MECHANISMS}")
+        require(self.model in MODELS, "model", f"must be one of {MODELS}")
+        require(self.layers >= 0, "layers", "must be >= 0")
+        require(self.scorer in ("mlp", "dot"), "scorer", "must be mlp or dot")
+        require(self.loss_reduction in ("sum", "mean"), "loss_reduction", "must be sum or mean")
+        require(self.laplace_scale >= 0, "laplace_scale", "must be >= 0")
+        require(self.pearson_weight >= 0, "pearson_weight", "must be >= 0")
+        require(self.l2 >= 0, "l2", "must be >= 0")
+        require(self.init_std > 0, "init_std", "must be > 0")
+        require(0 < self.privacy_delta < 1, "privacy_delta", "must be in (0, 1)")
+
+    def laplace_lambda(self) -> float:
+        return self.laplace_scale if self.laplace_scale > 0 else 2 * self.clip / self.beta

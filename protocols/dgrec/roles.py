@@ -1,0 +1,432 @@
+"""DGREC's one role, the user (node id ``user/<u>``): every participant is a user and every
+message goes user → user. Phases, driven by :class:`protocols.dgrec.protocol.DGREC` (the algorithm,
+with the paper's equation numbers, is described there):
+
+===============  ===========================================================================
+phase            what a user does
+===============  ===========================================================================
+publicize        draws its ρ publicized items, sends them to its neighbours        (stage 1)
+setup            builds its inner-item hypergraph, computes L_u                     (stage 1)
+status           (L_u, cnt_u) → the neighbours that lack it                          (eq. 4)
+seed             becomes a seed with probability ``seed_probability``; invites     (Alg. 1)
+hop/h            accepts its first invitation, joins, invites further              (Alg. 1)
+train            local gradient (eq. 3), clip + one-bit (eq. 5) → tree neighbours  (Alg. 2)
+gossip/t         forwards the gradients new at the previous step                   (Alg. 2)
+update           decodes the mean of what it holds (eq. 6), SGD step
+eval             ranks all items not trained on with its own model
+===============  ===========================================================================
+
+A host runs ``train`` and ``eval`` for all its users in one batched pass
+(:meth:`DGRECUser.handle_batch`, models/dgrec_batched.py), each user with its own parameters and
+its own random draws, so each gets what it would get alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from torch.nn.utils import parameters_to_vector
+
+from cluster import wire
+from cluster.message import index_of, node_id
+from models.bpr import sample_pairs
+from models.dgrec import build_user_hypergraph
+from models.dgrec_batched import (
+    HypergraphBatch,
+    encode_batch,
+    loss_batch,
+    score_batch,
+    stacked_parameters,
+)
+from models.dgrec_factory import load_vector, public_model, split_parameters
+from models.metrics import ranking_metrics, topk_excluding
+from nodes.node import Node, NodeContext, expect_kinds, node_seed
+from privacy.onebit import encode_onebit
+from protocols.dgrec.messages import (
+    decode_held,
+    decode_share,
+    decode_status,
+    encode_share,
+    encode_status,
+)
+from protocols.dgrec.sampling import neighbour_probabilities
+
+
+def _grad_vector(params: list) -> torch.Tensor:
+    return parameters_to_vector(
+        [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    ).detach()
+
+
+def _hypergraphs(users: list[DGRECUser]) -> HypergraphBatch:
+    s = users[0].shared
+    return HypergraphBatch.collate(
+        [(u.node_item_ids, u.incidence) for u in users], s["n_tags"], s["n_items"]
+    )
+
+
+class DGRECUser(Node):
+    role = "user"
+    status_owed: frozenset | set = frozenset()  # (a user from a checkpoint that predates it)
+
+    def __init__(self, nid: str, ctx: NodeContext, train_items, test_items, neighbours):
+        super().__init__(nid, ctx)
+        s = ctx.shared
+        self.index = index_of(nid)
+        self.train_items = np.asarray(train_items, dtype=np.int64)
+        self.test_items = np.asarray(test_items, dtype=np.int64)
+        self.neighbours = np.asarray(neighbours, dtype=np.int64)  # sorted global ids
+        self.model = public_model(node_seed(ctx.seed, "dgrec-public-init"), s)
+        self.shared_params, self.private_params = split_parameters(self.model)
+        if self.private_params:  # DLGNN's user embedding: drawn by the user itself
+            gen = self.torch_generator()
+            with torch.no_grad():
+                for p in self.private_params:
+                    p.copy_(torch.randn(p.shape, generator=gen) * s["init_std"])
+        self.private_grad: torch.Tensor | None = None
+        self.public_items = np.zeros(0, dtype=np.int64)
+        self.neighbour_public: dict[int, np.ndarray] = {}
+        self.node_item_ids: np.ndarray | None = None
+        self.incidence: sp.csr_matrix | None = None
+        self.loss_value = 0.0  # L_u of eq. 4 (latest training loss)
+        self.count = 0  # cnt_u of eq. 4 (times sampled)
+        self.status_dirty = False
+        self.status_owed: set[int] = set()  # neighbours that have not got the current status
+        self.neighbour_status: dict[int, tuple[float, int]] = {}
+        self._reset_round()
+        self.last_round: dict = {}
+
+    def _reset_round(self) -> None:
+        self.in_tree = False
+        self.hop = -1
+        self.parent: int | None = None
+        self.children: list[int] = []
+        self.held: dict[int, bytes] = {}  # origin → its encoded gradient
+
+    @property
+    def tree_neighbours(self) -> list[int]:
+        return sorted(([self.parent] if self.parent is not None else []) + self.children)
+
+    # --- dispatch ------------------------------------------------------------------------------
+    def handle(self, phase: str, inbox) -> None:
+        handler = {  # "hop/h" (h = 1..H) and "gossip/t" (t = 2..2H) are numbered supersteps
+            "publicize": self._publicize,
+            "setup": self._setup,
+            "status": self._status,
+            "seed": self._seed,
+            "hop": self._hop,
+            "train": self._train,
+            "gossip": self._gossip,
+            "update": self._update,
+            "eval": self._evaluate,
+        }.get(phase.split("/", 1)[0])
+        if handler is None:
+            super().handle(phase, inbox)
+        else:
+            handler(inbox)
+
+    @classmethod
+    def handle_batch(cls, nodes, phase, inboxes) -> None:
+        """DGREC's training and evaluation: all this host's users in one pass of
+        models/dgrec_batched.py (each with its own parameters and its own random draws, so each
+        gets what it would get alone); ``batch_users = False`` or DLGNN: one by one."""
+        batched = (
+            bool(nodes) and nodes[0].shared["model"] == "dgrec" and nodes[0].shared["batch_users"]
+        )
+        if batched and phase == "train":
+            cls._train_batch(nodes, inboxes)
+        elif batched and phase == "eval":
+            cls._evaluate_batch(nodes, inboxes)
+        else:
+            super().handle_batch(nodes, phase, inboxes)
+
+    # --- stage 1 -------------------------------------------------------------------------------
+    def _publicize(self, inbox) -> None:
+        expect_kinds(inbox, node=self.id)
+        s = self.shared
+        n_pub = int(round(s["public_ratio"] * len(self.train_items)))
+        self.public_items = np.sort(self.rng.choice(self.train_items, size=n_pub, replace=False))
+        if s["use_public"] and s["model"] == "dgrec" and n_pub:  # DLGNN does not use them
+            payload = wire.encode_ids(self.public_items)
+            for v in self.neighbours:
+                self.send("public_items", node_id("user", int(v)), payload)
+
+    def _setup(self, inbox) -> None:
+        expect_kinds(inbox, "public_items", node=self.id)
+        s = self.shared
+        for m in inbox:
+            src = index_of(m.src)
+            if src not in set(self.neighbours.tolist()):
+                raise ValueError(f"{self.id}: public items from {m.src}, not a neighbour")
+            ids = wire.decode_ids(m.payload)
+            if ids.size and ids.max() >= s["n_items"]:
+                raise ValueError(f"{self.id}: item id {ids.max()} from {m.src} out of range")
+            self.neighbour_public[src] = ids
+        self._build_graph()
+
+    def _build_graph(self) -> None:
+        """The local graph from the user's items and the publicized items it holds, and L_u."""
+        s = self.shared
+        if s["model"] == "lightgcn":  # DLGNN: the ego graph u – I_u
+            self.node_item_ids, self.incidence = self.train_items, None
+        else:
+            self.node_item_ids, self.incidence = build_user_hypergraph(
+                self.train_items, list(self.neighbour_public.values()), s["item_tags"]
+            )
+        with torch.no_grad():
+            loss, _ = self._loss()
+        self.loss_value = float(loss)
+        self.status_dirty = True
+
+    def _ensure_graph(self) -> None:
+        """Build the local graph if stage 1 never reached this user (its state was restored from a
+        snapshot taken before stage 1, after a fault)."""
+        if self.node_item_ids is None:
+            self._build_graph()
+
+    def _loss(self):
+        s = self.shared
+        pos, neg = sample_pairs(self.rng, s["n_items"], self.train_items, s["pairs"])
+        return self.model.loss(
+            pos, neg, self.node_item_ids, self.incidence, reduction=s["loss_reduction"]
+        )
+
+    # --- stage 3: sampling (Algorithm 1) --------------------------------------------------------
+    def _status(self, inbox) -> None:
+        """Send the current (L_u, cnt_u) to each neighbour that has not got it and is reachable."""
+        expect_kinds(inbox, node=self.id)
+        self._ensure_graph()
+        if self.status_dirty:
+            self.status_owed = set(self.neighbours.tolist())
+            self.status_dirty = False
+        if self.status_owed:
+            payload = encode_status(self.loss_value, self.count)
+            for v in self.neighbours.tolist():
+                if v in self.status_owed and self.online(node_id("user", v)):
+                    self.send("status", node_id("user", v), payload)
+                    self.status_owed.discard(v)
+
+    def _seed(self, inbox) -> None:
+        expect_kinds(inbox, "status", node=self.id)
+        for m in inbox:
+            self.neighbour_status[index_of(m.src)] = decode_status(m.payload)
+        self._reset_round()
+        if self.rng.random() < self.shared["seed_probability"]:
+            self._join(hop=0, parent=None)
+
+    def _join(self, hop: int, parent: int | None) -> None:
+        self.in_tree, self.hop, self.parent = True, hop, parent
+        self.count += 1
+        if parent is not None:
+            self.send("join", node_id("user", parent), wire.encode_blob(b""))
+        if hop < self.shared["hops"]:
+            self._invite(hop + 1)
+
+    def _invite(self, hop: int) -> None:
+        """Eq. 4 over this user's neighbours other than its parent that it can reach this round;
+        invitations carry the hop."""
+        candidates = np.array(
+            [
+                v
+                for v in self.neighbours.tolist()
+                if v != self.parent and self.online(node_id("user", v))
+            ],
+            dtype=np.int64,
+        )
+        if candidates.size == 0:
+            return
+        status = [self.neighbour_status.get(int(v), (0.0, 0)) for v in candidates]
+        p = neighbour_probabilities(
+            np.array([st[0] for st in status]), np.array([st[1] for st in status])
+        )
+        k = min(self.shared["n_u"], int(np.count_nonzero(p)))
+        picked = self.rng.choice(candidates, size=k, replace=False, p=p)
+        payload = wire.encode_ids([hop], width=1)
+        for v in sorted(int(x) for x in picked):
+            self.send("invite", node_id("user", v), payload)
+
+    def _take_joins(self, inbox) -> None:
+        for m in inbox:
+            if m.kind == "join":
+                if not self.in_tree:
+                    raise ValueError(f"{self.id}: join from {m.src} but not in a neighbourhood")
+                wire.decode_blob(m.payload)
+                self.children.append(index_of(m.src))
+
+    def _hop(self, inbox) -> None:
+        expect_kinds(inbox, "invite", "join", node=self.id)
+        self._take_joins(inbox)
+        invites = [m for m in inbox if m.kind == "invite"]  # sorted by sender
+        if invites and not self.in_tree:
+            hop = wire.decode_ids(invites[0].payload)
+            if hop.shape != (1,) or not 1 <= hop[0] <= self.shared["hops"]:
+                raise wire.WireError(f"invite from {invites[0].src}: bad hop {hop}")
+            self._join(int(hop[0]), index_of(invites[0].src))
+
+    # --- stage 3: local gradient, one-bit encoding, gossip (Algorithm 2) -----------------------
+    def _train(self, inbox) -> None:
+        expect_kinds(inbox, "join", node=self.id)
+        self._take_joins(inbox)
+        if not self.in_tree:
+            return
+        self.model.zero_grad(set_to_none=True)
+        loss, parts = self._loss()
+        loss.backward()
+        if self.private_params:
+            self.private_grad = _grad_vector(self.private_params)
+        self._share(_grad_vector(self.shared_params), parts["total"])
+        self.model.zero_grad(set_to_none=True)  # kept as vectors: the model holds no copy
+
+    def _share(self, grad: torch.Tensor, loss: float) -> None:
+        """Gossip step 1: encode the local gradient (eq. 5) and send it to the tree neighbours."""
+        self.children.sort()
+        encoded = self._encode(grad)
+        self.held = {self.index: encoded}
+        self.loss_value = loss
+        self.status_dirty = True
+        self.report("loss", loss)
+        self.report("shared_by", float(self.index))
+        if self.parent is None:
+            self.report("seed", 1.0)
+        payload = encode_share([self.index], [encoded])
+        for v in self.tree_neighbours:
+            self.send("share", node_id("user", v), payload)
+
+    def _encode(self, grad: torch.Tensor) -> bytes:
+        s = self.shared
+        if s["mechanism"] == "onebit":  # eq. 5
+            return wire.encode_signs(
+                encode_onebit(grad, s["clip"], s["beta"], self.torch_generator())
+            )
+        if s["mechanism"] == "laplace":
+            clipped = grad.clamp(-s["clip"], s["clip"]).numpy().astype(np.float64)
+            noisy = clipped + self.rng.laplace(0.0, s["laplace_lambda"], size=clipped.shape)
+            return wire.encode_dense(noisy.astype(np.float32))
+        return wire.encode_dense(grad.numpy())
+
+    def _receive_shares(self, inbox) -> dict[int, set[int]]:
+        """Store first-seen gradients; returns origin → senders for the ones new at this step."""
+        expect_kinds(inbox, "share", node=self.id)
+        fresh: dict[int, set[int]] = {}
+        tree = set(self.tree_neighbours)
+        for m in inbox:
+            src = index_of(m.src)
+            if not self.in_tree or src not in tree:
+                raise ValueError(f"{self.id}: share from {m.src}, not a tree neighbour")
+            for origin, enc in decode_share(m.payload):
+                if origin in fresh:
+                    fresh[origin].add(src)
+                elif origin not in self.held:
+                    self.held[origin] = enc
+                    fresh[origin] = {src}
+        return fresh
+
+    def _gossip(self, inbox) -> None:
+        fresh = self._receive_shares(inbox)
+        for v in self.tree_neighbours:
+            origins = sorted(o for o, senders in fresh.items() if v not in senders)
+            if origins:
+                self.send(
+                    "share",
+                    node_id("user", v),
+                    encode_share(origins, [self.held[o] for o in origins]),
+                )
+
+    def _update(self, inbox) -> None:
+        self._receive_shares(inbox)
+        if not self.in_tree:
+            return
+        s = self.shared
+        origins = sorted(self.held)
+        mean = decode_held(self.held, s)  # over the gradients that arrived (module docstring)
+        with torch.no_grad():
+            theta = parameters_to_vector(self.shared_params)
+            load_vector(theta - s["lr"] * torch.from_numpy(mean), self.shared_params)
+            if self.private_params:  # DLGNN: the private user embedding, from its own gradient
+                own = parameters_to_vector(self.private_params) - s["lr"] * self.private_grad
+                load_vector(own, self.private_params)
+        self.report("held", float(len(origins)))
+        self.last_round = {
+            "round": self.round,
+            "hop": self.hop,
+            "parent": self.parent,
+            "children": list(self.children),
+            "held": origins,
+        }
+        self.held = {}  # the round's gradients are spent: not kept in memory or checkpoints
+        self.private_grad = None
+
+    # --- evaluation ------------------------------------------------------------------------------
+    def _evaluate(self, inbox) -> None:
+        expect_kinds(inbox, node=self.id)
+        if not len(self.test_items):
+            return
+        self._ensure_graph()
+        k = self.shared["eval_k"]
+        with torch.no_grad():
+            e_u = self.model(self.node_item_ids, self.incidence)
+            scores = self.model.score(e_u, np.arange(self.shared["n_items"]))[None]
+        top = topk_excluding(scores, [self.train_items], k)
+        for name, values in ranking_metrics(top, [self.test_items], ks=(k,)).items():
+            self.report(name, float(values[0]))
+
+    @staticmethod
+    def _train_batch(nodes: list[DGRECUser], inboxes) -> None:
+        for n, inbox in zip(nodes, inboxes, strict=True):
+            expect_kinds(inbox, "join", node=n.id)
+            n._take_joins(inbox)
+        members = [n for n in nodes if n.in_tree]
+        if not members:
+            return
+        s = members[0].shared
+        pairs = [sample_pairs(n.rng, s["n_items"], n.train_items, s["pairs"]) for n in members]
+        model = members[0].model
+        params = stacked_parameters([n.model for n in members])
+        total, parts = loss_batch(
+            model,
+            params,
+            _hypergraphs(members),
+            torch.as_tensor(np.stack([p for p, _ in pairs])),
+            torch.as_tensor(np.stack([q for _, q in pairs])),
+            reduction=s["loss_reduction"],
+        )
+        total.sum().backward()  # user b's loss touches only slice b: slice b of each grad is g_b
+        names = [name for name, _ in model.named_parameters()]
+        for b, n in enumerate(members):
+            grad = torch.cat([params[name].grad[b].reshape(-1) for name in names])
+            n._share(grad, float(parts["total"][b]))
+
+    @staticmethod
+    def _evaluate_batch(nodes: list[DGRECUser], inboxes, chunk: int = 128) -> None:
+        for n, inbox in zip(nodes, inboxes, strict=True):
+            expect_kinds(inbox, node=n.id)
+        judged = [n for n in nodes if len(n.test_items)]
+        if not judged:
+            return
+        for n in judged:
+            n._ensure_graph()
+        s, model = judged[0].shared, judged[0].model
+        k = s["eval_k"]
+        for start in range(0, len(judged), chunk):
+            part = judged[start : start + chunk]
+            with torch.no_grad():
+                params = stacked_parameters([n.model for n in part])
+                e_u = encode_batch(model, params, _hypergraphs(part)).e_u
+                items = torch.arange(s["n_items"]).expand(len(part), -1)
+                scores = score_batch(model, params, e_u, items)
+            top = topk_excluding(scores, [n.train_items for n in part], k)
+            metrics = ranking_metrics(top, [n.test_items for n in part], ks=(k,))
+            for b, n in enumerate(part):
+                for name, values in metrics.items():
+                    n.report(name, float(values[b]))
+
+    # --- inspection (tests) ------------------------------------------------------------------------
+    def get_last_round(self) -> dict:
+        return dict(self.last_round)
+
+    def get_parameters(self) -> np.ndarray:
+        return parameters_to_vector(self.model.parameters()).detach().numpy().copy()
+
+    def get_public_items(self) -> np.ndarray:
+        return self.public_items.copy()
