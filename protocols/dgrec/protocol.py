@@ -69,20 +69,12 @@ With everyone online each of these does exactly what it does without run conditi
 Evaluation (``eval``): every user ranks all items not in its training set with its own model
 (ŷ = MLP(e_u ‖ e_i)) and reports Recall/NDCG@K; no traffic.
 
-Step size (not stated by the paper; measured on ml-100k). The decoded one-bit mean estimates the
-mean of *clipped* gradients, so in expectation a step moves an element by at most lr·δ, while its
-noise has standard deviation lr·δ·coth(β/2)/√k (k gradients; 0.216/√k at δ = 0.1, β = 1). The
-item-embedding gradients of eq. 3 are ~6e-3 per element (BPR summed over ``pairs`` pairs), far
-below δ, so lr must be large: at lr 0.05 with 4 neighbourhoods a round (a user trains in ~1/3 of
-the rounds) the users' models barely left their initialisation in 100 rounds (Recall@20 0.0475).
-Defaults here: lr 0.5, 64 pairs, 12 neighbourhoods a round (most users train every round);
-δ, β, H, n_u keep the paper's values. ``DLGNNUserModel`` with ``model = "lightgcn"`` is the DLGNN
+Parameters, the step-size note (lr, not stated by the paper) and the ablations (the paper's
+Table 3) are in protocols/dgrec/config.py; the wire formats in protocols/dgrec/messages.py; the
+user node that runs each phase in protocols/dgrec/roles.py; the local model in models/dgrec.py
+(built by models/dgrec_factory.py); the pure sampler and gossip schedule, checked against these
+messages by the tests, in protocols/dgrec/sampling.py. ``model = "lightgcn"`` is the DLGNN
 baseline (protocols/dlgnn.py).
-
-Ablations (the paper's Table 3): ``use_hypergraph``, ``use_bipartite``, ``interest_attention``,
-``pearson`` (models/dgrec.py), ``use_public`` (no neighbours' publicized items), and
-``mechanism = "laplace"`` (clip + Laplace(λ) float gradients instead of one-bit; λ = 2δ/β by default,
-the same per-element ε) or ``"float"`` (raw float gradients, no privacy).
 """
 
 from __future__ import annotations
@@ -167,7 +159,8 @@ class DGREC(Protocol):
     def stage1(self, dep: Deployment, round_: int) -> None:
         """Stage 1, once: enrolment, before the participants go about their training rounds, so
         every user takes part whatever its availability in round ``round_`` (module docstring)."""
-        dep.superstep(round_, "publicize", activate=["user"], availability=False)
+        dep.superstep(round_, "publicize", activate=["user"], availability=False)  # ρ of I_u
+        # inner-item hypergraph (A_u, D_v, D_t) and the initial L_u of eq. 3, for eq. 4
         dep.superstep(round_, "setup", activate=["user"], availability=False)
         self._stage1_done = True
 
@@ -175,14 +168,16 @@ class DGREC(Protocol):
         if not self._stage1_done:
             self.stage1(dep, round_)
         c = self.config
-        dep.superstep(round_, "status", activate=["user"])
-        dep.superstep(round_, "seed", activate=["user"])
-        for h in range(1, c.hops + 1):
+        # Stage 3, Algorithm 1: sample neighbourhoods by messages, p_v ∝ L_v / (ln(cnt_v + 1) + 1)
+        dep.superstep(round_, "status", activate=["user"])  # (L_u, cnt_u) for eq. 4
+        dep.superstep(round_, "seed", activate=["user"])  # seeds invite n_u neighbours (eq. 4)
+        for h in range(1, c.hops + 1):  # trees of depth ≤ H, fan-out ≤ n_u
             dep.superstep(round_, f"hop/{h}")
+        # Algorithm 2: g_u of eq. 3, clipped and one-bit encoded (eq. 5), gossiped for 2H steps
         res = dep.superstep(round_, "train", activate=["user"])  # gossip step 1
         for t in range(2, 2 * c.hops + 1):
             dep.superstep(round_, f"gossip/{t}")
-        upd = dep.superstep(round_, "update", activate=["user"])
+        upd = dep.superstep(round_, "update", activate=["user"])  # eq. 6 mean, SGD step
 
         members = sorted(int(u) for u in res.reports.get("shared_by", []))
         self._spend(members)
@@ -205,6 +200,8 @@ class DGREC(Protocol):
         return row
 
     def _spend(self, members: list[int]) -> None:
+        """Each member spent one share this round: n_s elements, each ε = β (eq. 5); forwarding
+        another's encoded gradient is post-processing and costs nothing."""
         if not members:
             return
         c = self.config
