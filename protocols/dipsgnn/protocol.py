@@ -3,7 +3,9 @@
 Network Approach"), in the paper's trusted-curator model.
 
 Roles: ``user/u`` (packed) holds its behaviour sequence (items in time order, the ``max_len`` most
-recent) and its sensitive features; ``server/0`` is the curator that trains the network.
+recent) and its sensitive features; ``server/0`` is the curator that trains the network
+(protocols/dipsgnn/roles.py; payloads in messages.py, the configuration in config.py, the
+curator's epoch in training.py and dpsgd.py).
 
 Data split (the paper's, done here, not by the dataset loader): every interaction of the dataset
 (its train, val and test parts pooled) is ordered by time per user (data/sequences.py
@@ -70,18 +72,13 @@ replaced (covers any edge, and the labels too).
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
 
 import numpy as np
-import torch
 
-from cluster import wire
-from cluster.message import index_of, node_id
-from data.sequences import PrefixExamples, train_length, training_prefixes, user_sequences
+from cluster.message import node_id
+from data.sequences import train_length, user_sequences
 from data.types import Interactions, RecDataset
-from models.dipsgnn import DIPSGNN
 from nodes.deployment import Deployment, NodeSpec, mean_report
-from nodes.node import Node, NodeContext, expect_kinds
 from privacy.calibration import (
     calibrate_sigma,
     dpsgd_epsilon,
@@ -91,77 +88,29 @@ from privacy.calibration import (
     spent_epsilon,
     theorem_4_2_epsilon,
 )
-from privacy.feature_perturbation import (
-    encode_user_features,
-    feature_vector_layout,
-    feature_vector_length,
-    perturb_user_features,
-)
-from protocols.base import ConfigError, Protocol, ProtocolConfig, require
-from protocols.dipsgnn.dpsgd import dpsgd_steps_per_epoch, train_epoch_dpsgd
-from protocols.dipsgnn.training import rank_prefixes, train_epoch
+from privacy.feature_perturbation import feature_vector_layout, feature_vector_length
+from protocols.base import ConfigError, Protocol, require
+from protocols.dipsgnn.config import SERVER, DIPSGNNConfig
+from protocols.dipsgnn.dpsgd import dpsgd_steps_per_epoch
+from protocols.dipsgnn.roles import DIPSGNNServer, DIPSGNNUser
 
-SERVER = node_id("server", 0)
-KS = (5, 10, 20)
+# --------------------------------------------------------------------------- the data split
 
 
-@dataclasses.dataclass
-class DIPSGNNConfig(ProtocolConfig):
-    ALIASES: ClassVar[dict[str, str]] = {"delta": "privacy_delta", "weight_decay": "l2"}
+def pooled_interactions(dataset: RecDataset) -> Interactions:
+    """Every interaction of the dataset, its train, val and test parts pooled: the data split
+    of the module docstring is made on these, not by the dataset loader."""
+    parts = [p for p in (dataset.train, dataset.val, dataset.test) if p is not None]
+    if any(p.timestamp is None for p in parts):
+        raise ValueError(f"dipsgnn needs timestamps; dataset {dataset.name!r} has none")
+    return Interactions(
+        user=np.concatenate([p.user for p in parts]),
+        item=np.concatenate([p.item for p in parts]),
+        timestamp=np.concatenate([p.timestamp for p in parts]),
+    )
 
-    eps1: float = 20.0  # feature LDP budget per user (Algorithm 3)
-    eps2: float = 5.0  # edge-level central DP budget of the whole training run
-    privacy_delta: float = 1e-5  # δ of the (ε2, δ) guarantee
-    epochs: int = 10  # epochs the noise is calibrated for; one round = one epoch
-    private_features: bool = True  # False: the clean encoding is uploaded (non-private baseline)
-    private_graph: bool = True  # False: σ = 0 (the non-private network)
-    use_features: bool = True  # False: no user part (SR-GNN-style network), no feature upload
-    features: str = "age,gender,occupation"  # the paper's ml sensitive features; "all": every one
-    hidden_dim: int = 100  # d
-    user_dim: int = 50  # d'
-    steps: int = 1  # T
-    clip_norm: float = 0.5  # C
-    max_edge_weight: float = 1.0  # w_max: public cap on edge counts (1 = binary A)
-    max_len: int = 100  # most recent items kept per user (public)
-    train_fraction: float = 0.8
-    batch_size: int = 100
-    lr: float = 1e-3
-    l2: float = 1e-5  # Adam weight decay
-    accountant: str = "pld"
-    # "aggregate": DIPSGNN's noise on A·H̄ (eq. 7); "edgerand": the EdgeRand baseline, Gaussian
-    # noise on every entry of each training prefix's adjacency, once, at the same (ε2, δ)
-    # "dpsgd": DP-SGD on all gradients at the same (ε2, δ) (σ = 0 in the aggregation)
-    mechanism: str = "aggregate"
-    dpsgd_batch_users: int = 64  # b: users per DP-SGD step (fixed size, without replacement)
-    dpsgd_clip: float = 1.0  # C of DP-SGD's per-user gradient clipping
-    # False: M_in = M_out = 0, the network without its graph (diagnostic ablation; spends nothing
-    # on the graph, but the readout still sees the sequence)
-    graph_messages: bool = True
 
-    def check(self) -> None:
-        super().check()
-        require(self.eps1 > 0, "eps1", "must be > 0")
-        require(self.eps2 > 0, "eps2", "must be > 0")
-        require(0 < self.privacy_delta < 1, "privacy_delta", "must lie in (0, 1)")
-        require(self.epochs >= 1, "epochs", "must be >= 1")
-        require(self.hidden_dim >= 1, "hidden_dim", "must be >= 1")
-        require(self.user_dim >= 1, "user_dim", "must be >= 1")
-        require(self.steps >= 1, "steps", "must be >= 1")
-        require(self.clip_norm > 0, "clip_norm", "must be > 0")
-        require(self.max_edge_weight > 0, "max_edge_weight", "must be > 0")
-        require(self.max_len >= 3, "max_len", "must be >= 3")
-        require(0 < self.train_fraction < 1, "train_fraction", "must lie in (0, 1)")
-        require(self.batch_size >= 1, "batch_size", "must be >= 1")
-        require(self.lr > 0, "lr", "must be > 0")
-        require(self.l2 >= 0, "l2", "must be >= 0")
-        require(self.accountant in ("pld", "rdp"), "accountant", "must be 'pld' or 'rdp'")
-        require(
-            self.mechanism in ("aggregate", "edgerand", "dpsgd"),
-            "mechanism",
-            "must be 'aggregate', 'edgerand' or 'dpsgd'",
-        )
-        require(self.dpsgd_batch_users >= 1, "dpsgd_batch_users", "must be >= 1")
-        require(self.dpsgd_clip > 0, "dpsgd_clip", "must be > 0")
+# --------------------------------------------------------------------------- σ for (ε2, δ)
 
 
 def calibrated_releases(c: DIPSGNNConfig) -> int:
@@ -191,260 +140,7 @@ def noise_sigma(c: DIPSGNNConfig) -> float:
     )
 
 
-# --------------------------------------------------------------------------- the user's device
-
-
-class DIPSGNNUser(Node):
-    role = "user"
-
-    def __init__(self, nid: str, ctx: NodeContext, sequence: np.ndarray, features: dict):
-        super().__init__(nid, ctx)
-        s = ctx.shared
-        self.sequence = np.asarray(sequence, dtype=np.int64)  # chronological, private
-        self.features = dict(features)  # private: name -> value
-        self.n_train = max(train_length(len(self.sequence), s["train_fraction"]), 1)
-        self.perturbed: np.ndarray | None = None  # Algorithm 3's output, drawn once
-
-    def clean_features(self) -> np.ndarray:
-        s = self.shared
-        return encode_user_features(
-            self.features, s["feature_kinds"], s["feature_cardinality"], s["public_ranges"]
-        )
-
-    def handle(self, phase: str, inbox) -> None:
-        s = self.shared
-        if phase == "upload":
-            expect_kinds(inbox, node=self.id)
-            if s["use_features"]:
-                if s["private_features"]:  # Algorithm 3, on the device, once: a retry resends
-                    if self.perturbed is None:  # the same vector and releases nothing new
-                        self.perturbed = perturb_user_features(
-                            self.features,
-                            s["feature_kinds"],
-                            s["feature_cardinality"],
-                            s["public_ranges"],
-                            s["eps1"],
-                            self.rng,
-                        )
-                    x = self.perturbed
-                else:
-                    x = self.clean_features()
-                self.send("features", SERVER, wire.encode_dense(x))
-            self.send("sequence", SERVER, wire.encode_ids(self.sequence[: self.n_train]))
-            self.report("uploaded", float(index_of(self.id)))  # for the privacy accounting
-        elif phase == "eval_context":
-            expect_kinds(inbox, node=self.id)
-            # the held-out items that later test positions condition on; never the last item
-            self.send("eval_context", SERVER, wire.encode_ids(self.sequence[self.n_train : -1]))
-        elif phase == "eval":
-            expect_kinds(inbox, "topk", node=self.id)
-            (msg,) = inbox
-            targets = self.sequence[self.n_train :]
-            flat = wire.decode_ids(msg.payload)
-            if flat.size % max(len(targets), 1) or flat.size == 0:
-                raise wire.WireError(f"{self.id}: top-K list of {flat.size} ids for {len(targets)}")
-            top = flat.reshape(len(targets), -1)
-            hit = top == targets[:, None]
-            rank = np.where(hit.any(axis=1), hit.argmax(axis=1), top.shape[1])  # 0-based
-            for k in KS:
-                for r in rank:
-                    self.report(f"recall@{k}", float(r < k))
-                    self.report(f"mrr@{k}", 1.0 / (r + 1.0) if r < k else 0.0)
-        else:
-            super().handle(phase, inbox)
-
-
-# --------------------------------------------------------------------------- the curator
-
-
-class DIPSGNNServer(Node):
-    role = "server"
-
-    def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray):
-        super().__init__(nid, ctx)
-        s = ctx.shared
-        self.users = np.asarray(users, dtype=np.int64)
-        self.row_of = {int(u): r for r, u in enumerate(self.users)}
-        self.sigma = float(s["sigma"])
-        self.edgerand = s["mechanism"] == "edgerand"
-        self.dpsgd = s["mechanism"] == "dpsgd"
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(self.rng.integers(0, 2**63 - 1)))
-            self.model = DIPSGNN(
-                s["n_items"],
-                s["n_feature_slots"],
-                use_features=s["use_features"],
-                hidden_dim=s["hidden_dim"],
-                user_dim=s["user_dim"],
-                steps=s["steps"],
-                clip_norm=s["clip_norm"],
-                sigma=0.0 if self.edgerand else self.sigma,
-                graph_messages=s["graph_messages"],
-            ).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=s["lr"], weight_decay=s["l2"])
-        self.noise = torch.Generator(device=self.device).manual_seed(
-            int(self.rng.integers(0, 2**63 - 1))
-        )
-        self.edgerand_seed = int(self.rng.integers(0, 2**63 - 1))
-        self.train_seqs: list[np.ndarray] | None = None
-        self.features: torch.Tensor | None = None
-        self.examples: PrefixExamples | None = None
-        self.held = np.zeros(len(self.users), dtype=bool)  # rows whose upload arrived
-        self.epochs_by_row = np.zeros(len(self.users), dtype=np.int64)  # epochs with it held
-        self.epochs_done = 0
-
-    def _receive_uploads(self, inbox) -> None:
-        """Store the uploads of users not held yet and append their training prefixes (a
-        second upload of a held user is ignored: its examples keep their ids)."""
-        s = self.shared
-        n = len(self.users)
-        if self.train_seqs is None:
-            self.train_seqs = [np.zeros(0, dtype=np.int64)] * n
-            self.feats = np.zeros((n, max(s["n_feature_slots"], 1)), dtype=np.float32)
-        new = [np.zeros(0, dtype=np.int64)] * n
-        arrived = np.zeros(n, dtype=bool)
-        for m in inbox:
-            row = self.row_of[index_of(m.src)]
-            if self.held[row]:
-                continue
-            if m.kind == "sequence":
-                seq = wire.decode_ids(m.payload)
-                if seq.size and seq.max() >= s["n_items"]:
-                    raise wire.WireError(f"sequence from {m.src}: item id out of range")
-                new[row] = seq
-                arrived[row] = True
-            else:
-                x = wire.decode_dense(m.payload)
-                if x.shape != (s["n_feature_slots"],):
-                    raise wire.WireError(f"features from {m.src}: shape {x.shape}")
-                self.feats[row] = x
-        for row in np.flatnonzero(arrived):
-            self.train_seqs[row] = new[row]
-        self.held |= arrived
-        # the uploaded part is all training data: every prefix s[:j] → s[j], j = 1..n_tr-1
-        examples, _ = training_prefixes(new, train_fraction=1.0)
-        if self.examples is None:
-            self.examples = examples  # examples.user is the server's row index of the user
-        elif len(examples):  # appended: earlier examples keep their ids
-            self.examples = PrefixExamples(
-                user=np.concatenate([self.examples.user, examples.user]),
-                prefixes=self.examples.prefixes + examples.prefixes,
-                target=np.concatenate([self.examples.target, examples.target]),
-            )
-        self.features = torch.from_numpy(self.feats).to(self.device) if s["use_features"] else None
-
-    def handle(self, phase: str, inbox) -> None:
-        s = self.shared
-        if phase == "train":
-            expect_kinds(inbox, "features", "sequence", node=self.id)
-            if inbox:
-                self._receive_uploads(inbox)
-            if self.held.sum() < max(1, self.min_participants):  # run condition: too few users
-                self.report("skipped", 1.0)
-                return
-            if self.epochs_done >= s["epochs"]:
-                raise RuntimeError(
-                    f"epochs: σ was calibrated for {s['epochs']} epochs; a further epoch would "
-                    "spend more than eps2 (raise `epochs` to train longer)"
-                )
-            if self.dpsgd:
-                _, loss = train_epoch_dpsgd(
-                    self.model,
-                    self.optimizer,
-                    self.examples,
-                    self.features,
-                    self.train_seqs,
-                    batch_users=s["dpsgd_batch_users"],
-                    clip_norm=s["dpsgd_clip"],
-                    noise_multiplier=s["dpsgd_noise_multiplier"],
-                    max_weight=s["max_edge_weight"],
-                    sample_rng=self.rng,
-                    noise=self.noise,
-                )
-            else:
-                loss = self._train_epoch()
-            self.epochs_done += 1
-            self.epochs_by_row[self.held] += 1  # this epoch released the held users' edges
-            self.report("loss", loss)
-            self.report("examples", float(len(self.examples)))
-        elif phase == "eval_rank":
-            expect_kinds(inbox, "eval_context", node=self.id)
-            prefixes, rows, owners = [], [], []
-            for m in inbox:
-                row = self.row_of[index_of(m.src)]
-                if not self.held[row]:  # no training data of this user: nothing to rank with
-                    continue
-                context = wire.decode_ids(m.payload)
-                full = np.concatenate([self.train_seqs[row], context])
-                start = len(self.train_seqs[row])
-                for j in range(start, len(full) + 1):  # test prefixes s[:j], j = n_tr..L-1
-                    prefixes.append(full[:j])
-                    rows.append(row)
-                owners.append((m.src, len(full) + 1 - start))
-            if not prefixes:
-                return
-            k = max(max(KS), s["eval_k"])
-            top = rank_prefixes(
-                self.model,
-                prefixes,
-                np.asarray(rows, dtype=np.int64),
-                self.features,
-                k=k,
-                max_weight=s["max_edge_weight"],
-            )
-            pos = 0
-            for src, n in owners:
-                self.send("topk", src, wire.encode_ids(top[pos : pos + n].reshape(-1)))
-                pos += n
-        else:
-            super().handle(phase, inbox)
-
-    def _train_epoch(self) -> float:
-        """One epoch of Algorithm 4 (noisy aggregation) or of EdgeRand."""
-        s = self.shared
-        return train_epoch(
-            self.model,
-            self.optimizer,
-            self.examples,
-            self.features,
-            batch_size=s["batch_size"],
-            max_weight=s["max_edge_weight"],
-            order_rng=self.rng,
-            noise=self.noise,
-            edgerand=(self.sigma, self.edgerand_seed) if self.edgerand else None,
-        )
-
-    def get_accounting(self) -> dict:
-        """What the curator's accountant needs: whose data it holds and for how many epochs."""
-        return {
-            "held": self.held.copy(),
-            "epochs_by_row": self.epochs_by_row.copy(),
-            "epochs_done": self.epochs_done,
-        }
-
-    # inspection (tests)
-    def get_state(self) -> dict:
-        return {
-            "sigma": self.sigma,
-            "model_sigma": self.model.sigma,
-            "epochs_done": self.epochs_done,
-            "train_seqs": [x.copy() for x in self.train_seqs or []],
-            "features": None if self.features is None else self.features.cpu().numpy().copy(),
-        }
-
-
 # --------------------------------------------------------------------------- the protocol
-
-
-def pooled_interactions(dataset: RecDataset) -> Interactions:
-    parts = [p for p in (dataset.train, dataset.val, dataset.test) if p is not None]
-    if any(p.timestamp is None for p in parts):
-        raise ValueError(f"dipsgnn needs timestamps; dataset {dataset.name!r} has none")
-    return Interactions(
-        user=np.concatenate([p.user for p in parts]),
-        item=np.concatenate([p.item for p in parts]),
-        timestamp=np.concatenate([p.timestamp for p in parts]),
-    )
 
 
 class DIPSGNNProtocol(Protocol):
@@ -564,7 +260,8 @@ class DIPSGNNProtocol(Protocol):
         return specs
 
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:
-        # every user whose data the curator does not hold yet uploads (offline ones cannot)
+        # ``upload``: features perturbed with Algorithm 3 (ε1) and the training sequence, from
+        # every user whose data the curator does not hold yet (offline ones cannot)
         pending = self.users[~self.held]
         uploads = 0
         if len(pending):
@@ -578,6 +275,8 @@ class DIPSGNNProtocol(Protocol):
             first = sent[self.uploaded_round[sent] < 0]
             self.uploaded_round[first] = round_
             uploads = len(sent)
+        # ``train``: one epoch of Algorithm 4 (eqs. 4–13, N(0, σ²) on A·H̄ as eq. 7), EdgeRand or
+        # DP-SGD; then what the accountant needs
         res = dep.superstep(round_, "train", activate=[SERVER])
         acc = dep.call(SERVER, "get_accounting")
         self.held = acc["held"]
@@ -595,6 +294,8 @@ class DIPSGNNProtocol(Protocol):
         dep.superstep(round_, "eval_rank")
         res = dep.superstep(round_, "eval")
         return {name: mean_report(res.reports, name) for name in sorted(res.reports)}
+
+    # ------------------------------------------------------------- privacy: the releases so far
 
     def user_releases(self) -> np.ndarray:
         """Per user: releases of its most-released edge so far (the epochs the curator trained
