@@ -29,7 +29,7 @@ from data.sequences import train_length, user_sequences
 from data.types import RecDataset
 from engine import RunSettings, run
 from models.metrics import next_item_metrics
-from protocols.dipsgnn import pooled_interactions
+from protocols.dipsgnn.protocol import pooled_interactions
 
 VARIANTS = {
     # the paper's setting: perturbed features (ε1 = 20) and noisy aggregation (ε2 = 5)

@@ -13,7 +13,7 @@ PROTOCOLS: dict[str, str] = {
     "echo": "protocols.echo:Echo",
     "fedpergnn": "protocols.fedpergnn:FedPerGNN",
     "fedlightgcn": "protocols.fedpergnn:FedLightGCN",
-    "dipsgnn": "protocols.dipsgnn:DIPSGNNProtocol",
+    "dipsgnn": "protocols.dipsgnn.protocol:DIPSGNNProtocol",
     "verfedgnn": "protocols.verfedgnn.protocol:VerFedGNN",
     "central": "protocols.central:Central",
 }

@@ -20,7 +20,7 @@ from privacy.feature_perturbation import (
 )
 from protocols import get_protocol
 from protocols.base import ConfigError, build_config
-from protocols.dipsgnn import DIPSGNNProtocol, calibrated_releases
+from protocols.dipsgnn.protocol import DIPSGNNProtocol, calibrated_releases
 
 pytestmark = pytest.mark.ray
 

@@ -21,7 +21,7 @@ from engine import deploy
 from nodes.conditions import Conditions
 from privacy.calibration import spent_epsilon
 from protocols.base import build_config
-from protocols.dipsgnn import DIPSGNNProtocol
+from protocols.dipsgnn.protocol import DIPSGNNProtocol
 from protocols.verfedgnn.messages import decode_public
 from protocols.verfedgnn.protocol import VerFedGNN
 

@@ -39,7 +39,7 @@ from nodes.deployment import Deployment, NodeSpec, mean_report
 from nodes.node import Node, NodeContext, expect_kinds
 from protocols.base import ConfigError, Protocol, ProtocolConfig, require
 from protocols.central.trainers import RATING, SEQUENTIAL, TASK_OF_MODEL, build_trainer
-from protocols.dipsgnn import DIPSGNNConfig
+from protocols.dipsgnn.config import DIPSGNNConfig
 
 CURATOR = node_id("curator", 0)
 _DIPS = DIPSGNNConfig()

@@ -28,7 +28,8 @@ from privacy.feature_perturbation import (
     feature_vector_layout,
     feature_vector_length,
 )
-from protocols.dipsgnn import KS, pooled_interactions
+from protocols.dipsgnn.config import KS
+from protocols.dipsgnn.protocol import pooled_interactions
 from protocols.dipsgnn.training import rank_prefixes, train_epoch
 
 

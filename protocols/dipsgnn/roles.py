@@ -1,0 +1,265 @@
+"""DIPSGNN's two roles: the user's device and the curator. Node ids: ``user/u`` (packed),
+``server/0``. Phases, driven by :class:`protocols.dipsgnn.protocol.DIPSGNNProtocol` (the
+algorithm is described there); payloads in protocols/dipsgnn/messages.py:
+
+============  ========  ====================================================================
+phase         who acts  what it does
+============  ========  ====================================================================
+upload        users     features perturbed once with Algorithm 3 (ε1) → curator, with the
+                        training sequence s[:n_tr]; the held-out items stay on the device
+train         curator   stores the uploads that arrived, appends their prefixes, one epoch of
+                        Algorithm 4 (eqs. 4–13; noise of eq. 7), EdgeRand or DP-SGD
+eval_context  users     the held-out context s[n_tr:L-1] → curator
+eval_rank     curator   top-K over all items for each test prefix, without noise → its user
+eval          users     Recall@K and MRR@K against the held-out targets
+============  ========  ====================================================================
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from cluster.message import index_of
+from data.sequences import PrefixExamples, train_length, training_prefixes
+from models.dipsgnn import DIPSGNN
+from nodes.node import Node, NodeContext, expect_kinds
+from privacy.feature_perturbation import encode_user_features, perturb_user_features
+from protocols.dipsgnn import messages
+from protocols.dipsgnn.config import KS, SERVER
+from protocols.dipsgnn.dpsgd import train_epoch_dpsgd
+from protocols.dipsgnn.training import rank_prefixes, train_epoch
+
+# --------------------------------------------------------------------------- the user's device
+
+
+class DIPSGNNUser(Node):
+    role = "user"
+
+    def __init__(self, nid: str, ctx: NodeContext, sequence: np.ndarray, features: dict):
+        super().__init__(nid, ctx)
+        s = ctx.shared
+        self.sequence = np.asarray(sequence, dtype=np.int64)  # chronological, private
+        self.features = dict(features)  # private: name -> value
+        self.n_train = max(train_length(len(self.sequence), s["train_fraction"]), 1)
+        self.perturbed: np.ndarray | None = None  # Algorithm 3's output, drawn once
+
+    def clean_features(self) -> np.ndarray:
+        s = self.shared
+        return encode_user_features(
+            self.features, s["feature_kinds"], s["feature_cardinality"], s["public_ranges"]
+        )
+
+    def handle(self, phase: str, inbox) -> None:
+        s = self.shared
+        if phase == "upload":
+            expect_kinds(inbox, node=self.id)
+            if s["use_features"]:
+                if s["private_features"]:  # Algorithm 3, on the device, once: a retry resends
+                    if self.perturbed is None:  # the same vector and releases nothing new
+                        self.perturbed = perturb_user_features(
+                            self.features,
+                            s["feature_kinds"],
+                            s["feature_cardinality"],
+                            s["public_ranges"],
+                            s["eps1"],
+                            self.rng,
+                        )
+                    x = self.perturbed
+                else:
+                    x = self.clean_features()
+                self.send("features", SERVER, messages.encode_features(x))
+            self.send("sequence", SERVER, messages.encode_items(self.sequence[: self.n_train]))
+            self.report("uploaded", float(index_of(self.id)))  # for the privacy accounting
+        elif phase == "eval_context":
+            expect_kinds(inbox, node=self.id)
+            # the held-out items that later test positions condition on; never the last item
+            self.send(
+                "eval_context", SERVER, messages.encode_items(self.sequence[self.n_train : -1])
+            )
+        elif phase == "eval":
+            expect_kinds(inbox, "topk", node=self.id)
+            (msg,) = inbox
+            targets = self.sequence[self.n_train :]
+            top = messages.decode_topk(msg.payload, len(targets), self.id)
+            hit = top == targets[:, None]
+            rank = np.where(hit.any(axis=1), hit.argmax(axis=1), top.shape[1])  # 0-based
+            for k in KS:
+                for r in rank:
+                    self.report(f"recall@{k}", float(r < k))
+                    self.report(f"mrr@{k}", 1.0 / (r + 1.0) if r < k else 0.0)
+        else:
+            super().handle(phase, inbox)
+
+
+# --------------------------------------------------------------------------- the curator
+
+
+class DIPSGNNServer(Node):
+    role = "server"
+
+    def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray):
+        super().__init__(nid, ctx)
+        s = ctx.shared
+        self.users = np.asarray(users, dtype=np.int64)
+        self.row_of = {int(u): r for r, u in enumerate(self.users)}
+        self.sigma = float(s["sigma"])
+        self.edgerand = s["mechanism"] == "edgerand"
+        self.dpsgd = s["mechanism"] == "dpsgd"
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(self.rng.integers(0, 2**63 - 1)))
+            self.model = DIPSGNN(
+                s["n_items"],
+                s["n_feature_slots"],
+                use_features=s["use_features"],
+                hidden_dim=s["hidden_dim"],
+                user_dim=s["user_dim"],
+                steps=s["steps"],
+                clip_norm=s["clip_norm"],
+                sigma=0.0 if self.edgerand else self.sigma,
+                graph_messages=s["graph_messages"],
+            ).to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=s["lr"], weight_decay=s["l2"])
+        self.noise = torch.Generator(device=self.device).manual_seed(
+            int(self.rng.integers(0, 2**63 - 1))
+        )
+        self.edgerand_seed = int(self.rng.integers(0, 2**63 - 1))
+        self.train_seqs: list[np.ndarray] | None = None
+        self.features: torch.Tensor | None = None
+        self.examples: PrefixExamples | None = None
+        self.held = np.zeros(len(self.users), dtype=bool)  # rows whose upload arrived
+        self.epochs_by_row = np.zeros(len(self.users), dtype=np.int64)  # epochs with it held
+        self.epochs_done = 0
+
+    def _receive_uploads(self, inbox) -> None:
+        """Store the uploads of users not held yet and append their training prefixes (a
+        second upload of a held user is ignored: its examples keep their ids)."""
+        s = self.shared
+        n = len(self.users)
+        if self.train_seqs is None:
+            self.train_seqs = [np.zeros(0, dtype=np.int64)] * n
+            self.feats = np.zeros((n, max(s["n_feature_slots"], 1)), dtype=np.float32)
+        new = [np.zeros(0, dtype=np.int64)] * n
+        arrived = np.zeros(n, dtype=bool)
+        for m in inbox:
+            row = self.row_of[index_of(m.src)]
+            if self.held[row]:
+                continue
+            if m.kind == "sequence":
+                new[row] = messages.decode_sequence(m.payload, s["n_items"], m.src)
+                arrived[row] = True
+            else:
+                self.feats[row] = messages.decode_features(m.payload, s["n_feature_slots"], m.src)
+        for row in np.flatnonzero(arrived):
+            self.train_seqs[row] = new[row]
+        self.held |= arrived
+        # the uploaded part is all training data: every prefix s[:j] → s[j], j = 1..n_tr-1
+        examples, _ = training_prefixes(new, train_fraction=1.0)
+        if self.examples is None:
+            self.examples = examples  # examples.user is the server's row index of the user
+        elif len(examples):  # appended: earlier examples keep their ids
+            self.examples = PrefixExamples(
+                user=np.concatenate([self.examples.user, examples.user]),
+                prefixes=self.examples.prefixes + examples.prefixes,
+                target=np.concatenate([self.examples.target, examples.target]),
+            )
+        self.features = torch.from_numpy(self.feats).to(self.device) if s["use_features"] else None
+
+    def handle(self, phase: str, inbox) -> None:
+        s = self.shared
+        if phase == "train":
+            expect_kinds(inbox, "features", "sequence", node=self.id)
+            if inbox:
+                self._receive_uploads(inbox)
+            if self.held.sum() < max(1, self.min_participants):  # run condition: too few users
+                self.report("skipped", 1.0)
+                return
+            if self.epochs_done >= s["epochs"]:
+                raise RuntimeError(
+                    f"epochs: σ was calibrated for {s['epochs']} epochs; a further epoch would "
+                    "spend more than eps2 (raise `epochs` to train longer)"
+                )
+            if self.dpsgd:
+                _, loss = train_epoch_dpsgd(
+                    self.model,
+                    self.optimizer,
+                    self.examples,
+                    self.features,
+                    self.train_seqs,
+                    batch_users=s["dpsgd_batch_users"],
+                    clip_norm=s["dpsgd_clip"],
+                    noise_multiplier=s["dpsgd_noise_multiplier"],
+                    max_weight=s["max_edge_weight"],
+                    sample_rng=self.rng,
+                    noise=self.noise,
+                )
+            else:
+                loss = self._train_epoch()
+            self.epochs_done += 1
+            self.epochs_by_row[self.held] += 1  # this epoch released the held users' edges
+            self.report("loss", loss)
+            self.report("examples", float(len(self.examples)))
+        elif phase == "eval_rank":
+            expect_kinds(inbox, "eval_context", node=self.id)
+            prefixes, rows, owners = [], [], []
+            for m in inbox:
+                row = self.row_of[index_of(m.src)]
+                if not self.held[row]:  # no training data of this user: nothing to rank with
+                    continue
+                context = messages.decode_context(m.payload)
+                full = np.concatenate([self.train_seqs[row], context])
+                start = len(self.train_seqs[row])
+                for j in range(start, len(full) + 1):  # test prefixes s[:j], j = n_tr..L-1
+                    prefixes.append(full[:j])
+                    rows.append(row)
+                owners.append((m.src, len(full) + 1 - start))
+            if not prefixes:
+                return
+            k = max(max(KS), s["eval_k"])
+            top = rank_prefixes(
+                self.model,
+                prefixes,
+                np.asarray(rows, dtype=np.int64),
+                self.features,
+                k=k,
+                max_weight=s["max_edge_weight"],
+            )
+            pos = 0
+            for src, n in owners:
+                self.send("topk", src, messages.encode_topk(top[pos : pos + n]))
+                pos += n
+        else:
+            super().handle(phase, inbox)
+
+    def _train_epoch(self) -> float:
+        """One epoch of Algorithm 4 (noisy aggregation) or of EdgeRand."""
+        s = self.shared
+        return train_epoch(
+            self.model,
+            self.optimizer,
+            self.examples,
+            self.features,
+            batch_size=s["batch_size"],
+            max_weight=s["max_edge_weight"],
+            order_rng=self.rng,
+            noise=self.noise,
+            edgerand=(self.sigma, self.edgerand_seed) if self.edgerand else None,
+        )
+
+    def get_accounting(self) -> dict:
+        """What the curator's accountant needs: whose data it holds and for how many epochs."""
+        return {
+            "held": self.held.copy(),
+            "epochs_by_row": self.epochs_by_row.copy(),
+            "epochs_done": self.epochs_done,
+        }
+
+    # inspection (tests)
+    def get_state(self) -> dict:
+        return {
+            "sigma": self.sigma,
+            "model_sigma": self.model.sigma,
+            "epochs_done": self.epochs_done,
+            "train_seqs": [x.copy() for x in self.train_seqs or []],
+            "features": None if self.features is None else self.features.cpu().numpy().copy(),
+        }
