@@ -213,6 +213,7 @@ def compare(
     every run shares (seed, placement, hosts, cluster, conditions), each entry its protocol, rounds
     and parameters. Returns the report's folder and the comparison (``comparison.json``)."""
     from cluster.runtime import start_or_join
+    from engine.report import dataset_record
     from engine.runner import run
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -247,16 +248,9 @@ def compare(
         rows.append({**_entry_record(e), **protocol_row(summary, time.perf_counter() - t0)})
     _attach_baselines(rows, entries)
     comparison = {
-        "dataset": {
-            "name": dataset.name,
-            "n_users": dataset.n_users,
-            "n_items": dataset.n_items,
-            "train": len(dataset.train),
-            "test": len(dataset.test),
-            **(
-                {"split": dataset_info["split"]} if dataset_info and "split" in dataset_info else {}
-            ),
-        },
+        "dataset": dataset_record(
+            dataset, {"split": dataset_info["split"]} if "split" in (dataset_info or {}) else None
+        ),
         "seed": base.seed,
         "placement": base.placement,
         "hosts": base.hosts,

@@ -30,6 +30,18 @@ SUMMARY_KEYS = (
 )
 
 
+def dataset_record(dataset, extra: dict | None = None) -> dict:
+    """The dataset as run reports and comparisons name it: its name and sizes, then ``extra``."""
+    return {
+        "name": dataset.name,
+        "n_users": dataset.n_users,
+        "n_items": dataset.n_items,
+        "train": len(dataset.train),
+        "test": len(dataset.test),
+        **(extra or {}),
+    }
+
+
 def new_run_dir(out: str | Path, protocol: str) -> Path:
     base = Path(out)
     stamp = time.strftime("%Y%m%d-%H%M%S")

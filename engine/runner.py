@@ -15,7 +15,7 @@ from tqdm import tqdm
 from cluster.runtime import start_or_join
 from data.types import RecDataset
 from engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from engine.report import RunReport, new_run_dir, privacy_scalars
+from engine.report import RunReport, dataset_record, new_run_dir, privacy_scalars
 from models.baselines import popularity_metrics
 from nodes.conditions import Conditions
 from nodes.deployment import Deployment, HostLostError, NodeSpec, assign_hosts
@@ -69,14 +69,7 @@ def run(
                 "conditions": _conditions_record(settings),
             },
             "protocol_config": dataclasses.asdict(config),
-            "dataset": {
-                "name": dataset.name,
-                "n_users": dataset.n_users,
-                "n_items": dataset.n_items,
-                "train": len(dataset.train),
-                "test": len(dataset.test),
-                **(dataset_info or {}),
-            },
+            "dataset": dataset_record(dataset, dataset_info),
             "cluster": dataclasses.asdict(cluster),
             "python": sys.version.split()[0],
             "machine": platform.node(),
