@@ -30,14 +30,9 @@ from benchmarks.common import write_result
 from data.registry import load_dataset
 from models.rating_gnn import build_rating_gnn, global_mean_rmse, train_central
 from protocols.base import build_config
-from protocols.verfedgnn.protocol import (
-    VerFedGNN,
-    iteration_bytes,
-    n_participants,
-    paper_iteration_floats,
-    projection_rows,
-    split_60_20_20,
-)
+from protocols.verfedgnn.messages import iteration_bytes, paper_iteration_floats
+from protocols.verfedgnn.protocol import VerFedGNN, split_60_20_20
+from protocols.verfedgnn.roles import n_participants, projection_rows
 
 VARIANTS = {
     "default": {},

@@ -13,12 +13,9 @@ from cluster import wire
 from data.synthetic import synthetic
 from engine import deploy
 from protocols.base import ConfigError, build_config
-from protocols.verfedgnn.protocol import (
-    VerFedGNN,
-    exchange_schedule,
-    iteration_bytes,
-    n_participants,
-)
+from protocols.verfedgnn.messages import iteration_bytes
+from protocols.verfedgnn.protocol import VerFedGNN
+from protocols.verfedgnn.roles import exchange_schedule, n_participants
 
 pytestmark = pytest.mark.ray
 
