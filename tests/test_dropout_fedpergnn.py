@@ -20,8 +20,8 @@ from nodes.conditions import Conditions
 from nodes.deployment import assign_hosts
 from privacy import oprf
 from protocols.base import build_config
-from protocols.fedpergnn import FedLightGCN
 from protocols.fedpergnn import messages as msg
+from protocols.fedpergnn.protocol import FedLightGCN
 
 pytestmark = pytest.mark.ray
 

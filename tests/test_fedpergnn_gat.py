@@ -24,9 +24,9 @@ from models.fedpergnn_gat import (
 )
 from nodes.node import NodeContext
 from protocols.base import ConfigError, build_config
-from protocols.fedpergnn import FedPerGNN, ratings_by_user
 from protocols.fedpergnn import gat as gat_steps
 from protocols.fedpergnn import messages as msg
+from protocols.fedpergnn.protocol import FedPerGNN, ratings_by_user
 from protocols.fedpergnn.roles import User
 
 DIM, LAYERS = 8, 2

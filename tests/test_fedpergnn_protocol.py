@@ -22,8 +22,8 @@ from privacy import oprf
 from privacy.attacks import dictionary_attack
 from protocols import get_protocol
 from protocols.base import ConfigError, build_config
-from protocols.fedpergnn import FedLightGCN, FedPerGNN
 from protocols.fedpergnn import messages as msg
+from protocols.fedpergnn.protocol import FedLightGCN, FedPerGNN
 from protocols.fedpergnn.roles import User
 
 N_USERS, N_ITEMS, DIM = 10, 40, 8

@@ -1,7 +1,7 @@
 """The four roles of FedPerGNN / FedLightGCN: user, server, key server, matcher.
 
 Node ids: ``user/<u>``, ``server/0``, ``key_server/<r>`` (r < R replicas holding one key; user u
-talks to replica u mod R), ``matcher/0``. Phases (driven by :class:`protocols.fedpergnn.FedPerGNN`;
+talks to replica u mod R), ``matcher/0``. Phases (driven by :class:`protocols.fedpergnn.protocol.FedPerGNN`;
 with ``backbone = "gat"`` the download also carries the GAT weights θ, training is
 protocols/fedpergnn/gat.py's and uploads add clip+Laplace ∂L/∂θ):
 

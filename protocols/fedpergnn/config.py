@@ -1,0 +1,52 @@
+"""FedPerGNN / FedLightGCN parameters (Wu et al., 2022; the FedLightGCN thesis), with the papers'
+symbols in the comments."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from protocols.base import ProtocolConfig, require
+
+
+@dataclasses.dataclass
+class FedPerGNNConfig(ProtocolConfig):
+    ALIASES: ClassVar[dict[str, str]] = {"reg": "l2", "keyservers": "key_servers"}
+
+    backbone: str = "lightgcn"
+    dim: int = 64  # d
+    layers: int = 2  # K
+    users_per_round: int = 512  # |Ū|; 0 = every user every round
+    negatives: int = 2048  # |Ĩ_u| sampled negatives per user and round
+    pseudo_items: int = 64  # M pseudo-interacted items per upload
+    lr_item: float = 1e-3  # server Adam on E
+    lr_user: float = 0.5  # local SGD on e_u
+    l2: float = 1e-3  # α
+    clip: float = 5e-4  # δ
+    laplace: float = 1e-5  # λ (0: no noise)
+    max_neighbors: int = 100
+    key_bits: int = 2048
+    expand_every: int = 0  # rounds between graph expansions; 0 = one epoch ⌈N/|Ū|⌉
+    privacy_delta: float = 1e-5  # δ of the rigorous (ε, δ) figure
+    key_servers: int = 1  # R key-server replicas (same key); user u uses replica u mod R
+    attack_gradient_inference: bool = False  # measure the server's positive-item inference
+    attack_dictionary: bool = False  # measure the matcher's dictionary attack on the tokens
+
+    def check(self) -> None:
+        super().check()
+        require(self.backbone in ("lightgcn", "gat"), "backbone", "must be lightgcn or gat")
+        require(self.dim >= 1, "dim", "must be >= 1")
+        require(self.layers >= 0, "layers", "must be >= 0")
+        require(self.users_per_round >= 0, "users_per_round", "must be >= 0")
+        require(self.negatives >= 1, "negatives", "must be >= 1")
+        require(self.pseudo_items >= 0, "pseudo_items", "must be >= 0")
+        require(self.lr_item > 0, "lr_item", "must be > 0")
+        require(self.lr_user > 0, "lr_user", "must be > 0")
+        require(self.l2 >= 0, "l2", "must be >= 0")
+        require(self.clip > 0, "clip", "must be > 0")
+        require(self.laplace >= 0, "laplace", "must be >= 0")
+        require(self.max_neighbors >= 0, "max_neighbors", "must be >= 0")
+        require(self.key_bits in (1024, 2048, 3072, 4096), "key_bits", "must be 1024..4096")
+        require(self.expand_every >= 0, "expand_every", "must be >= 0")
+        require(0 < self.privacy_delta < 1, "privacy_delta", "must be in (0, 1)")
+        require(self.key_servers >= 1, "key_servers", "must be >= 1")

@@ -1,0 +1,328 @@
+"""fedpergnn / fedlightgcn — federated GNN recommendation with a key server and a matcher
+(Wu et al., "A federated graph neural network framework for privacy-preserving
+personalization", Nat. Commun. 2022; LightGCN backbone and implicit-feedback ranking from the
+FedLightGCN thesis).
+
+Roles (protocols/fedpergnn/roles.py): users (packable), the server, the key server and the
+matcher (each of the last three a dedicated node). The algorithm, as the paper states it:
+
+1. **Item tokens** (once; cached). For each own item x a user runs the blind-RSA OPRF with the
+   key server: m' = H(x)·r^e → s' = m'^d → s = s'·r⁻¹, s^e = H(x)?, token = SHA-256(s).
+2. **Graph expansion** (at round 0 and every epoch = ⌈N/|Ū|⌉ rounds). Users send their tokens and
+   e_u to the matcher; each user gets back, anonymously, the embeddings of up to
+   ``max_neighbors`` users that share an item with it, with the shared items' tokens, and builds
+   its local subgraph u – I_u – U_u.
+3. **Training round.** The server samples |Ū| users and sends them all item embeddings E. A
+   sampled user runs LightGCN (K layers, mean of layers, eqs. 3–4 of LightGCN) on its subgraph,
+   scores s_ui = h_u·e_i, takes BPR + L2 over |Ĩ_u| negatives each paired with a random positive,
+   updates e_u locally (SGD) and uploads the gradients of the rows of E it used — all its
+   interacted items and its negatives — plus M pseudo-interacted items whose gradients are drawn
+   from N(μ, σ²) fitted to the real rows; every coordinate is clipped to [−δ, δ] and gets
+   Laplace(0, λ) noise; rows sorted by item id. The server averages the uploads that arrived and
+   takes an Adam step on E; with fewer than ``min_participants`` uploads (a run condition) it
+   skips the round's update and reports it (``skipped`` in the round's training figures).
+4. **Evaluation.** E goes to every user (``eval_*`` traffic); each ranks all items it has not
+   trained on by h_u·e_i (Recall/NDCG@20).
+
+``backbone = "gat"`` (FedPerGNN proper, protocols/fedpergnn/gat.py, models/fedpergnn_gat.py):
+step 3 runs PyG GATConv layers on the local subgraph, r̂_ui = h_u·h_i, MSE on the user's explicit
+ratings; the server also sends the GAT weights θ, each user uploads clip+Laplace ∂L_u/∂θ beside
+its item rows (its rated items and M pseudo items; no negatives), and the server takes an Adam
+step on (E, θ). Evaluation: RMSE on the held-out ratings (predictions clamped to the range).
+
+**Absent participants** (dropout, a host lost to a fault, late messages; nodes/conditions.py).
+Key server, matcher and server are datacenter roles, absent only when a fault takes their host.
+A user away at step 1 or at a step-2 expansion catches up at its next participation (the next
+round in which it is online and sampled), before it trains: it asks its key-server replica for
+the public key if it never got it, runs the OPRF for its items (tokens, once obtained, are cached
+and never requested again) and, if its local graph is older than the current epoch, sends its
+request to the matcher, which matches it against the latest request of every user
+(``rejoin`` supersteps, protocols/fedpergnn/roles.py). Until then it trains on what it has (no
+neighbours if it never expanded). The ``rejoin`` supersteps run only once an absence has been
+seen (a participant dropped or a message late), so a fair-weather run is unchanged by them.
+
+Key-server replicas (``key_servers = R``): R nodes hold the same key; user u talks to replica
+u mod R, so that signing runs on R actors at once.
+
+Attack switches (measurements, under ``privacy`` in summary.json): ``attack_gradient_inference``
+makes the server run the positive-item inference of privacy/attacks/gradient_inference.py on
+every real upload (lightgcn: split by gradient direction; gat: real rows told from pseudo rows
+by their low-rank structure), scored against the users' items, with the pseudo rows as uploaded
+and with them removed; ``attack_dictionary`` makes the matcher try a dictionary attack on the tokens it
+received (textbook RSA with the public key, and a plain hash of the id, over every item id).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from cluster.message import node_id
+from data.types import Interactions, RecDataset
+from nodes.deployment import Deployment, NodeSpec, mean_report
+from privacy import oprf
+from privacy.accountant import PrivacyAccountant, laplace_vector_event
+from privacy.attacks import (
+    dictionary_attack,
+    infer_positive_items,
+    infer_real_rows,
+    precision_recall_f1,
+    recovery_rate,
+)
+from privacy.ldp import laplace_epsilon_per_coordinate
+from protocols.base import Protocol
+from protocols.fedpergnn import gat
+from protocols.fedpergnn.config import FedPerGNNConfig
+from protocols.fedpergnn.roles import MATCHER, SERVER, KeyServer, Matcher, Server, User
+
+REJOIN_STEPS = 7  # supersteps of the longest catch-up chain (see FedPerGNN.rejoin)
+
+
+def ratings_by_user(inter: Interactions, n_users: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per user: (sorted distinct items, their ratings; the mean where a pair repeats)."""
+    if inter.rating is None:
+        raise ValueError("the gat backbone needs explicit ratings: this dataset has none")
+    order = np.lexsort((inter.item, inter.user))
+    users, items = inter.user[order], inter.item[order]
+    ratings = inter.rating[order].astype(np.float64)
+    bounds = np.searchsorted(users, np.arange(n_users + 1))
+    out = []
+    for u in range(n_users):
+        it, r = items[bounds[u] : bounds[u + 1]], ratings[bounds[u] : bounds[u + 1]]
+        uniq, start, count = np.unique(it, return_index=True, return_counts=True)
+        sums = np.add.reduceat(r, start) if len(it) else np.zeros(0)
+        out.append((uniq, (sums / np.maximum(count, 1)).astype(np.float32)))
+    return out
+
+
+def _bucket(n: int) -> int:
+    """n rounded up to the next 2^k or 1.5·2^k: upload sizes vary per user, and accounting a
+    larger vector than was sent is a valid upper bound that keeps the accountant's streams few."""
+    if n <= 2:
+        return n
+    k = (n - 1).bit_length() - 1
+    return int(1.5 * 2**k) if n <= 1.5 * 2**k else 2 ** (k + 1)
+
+
+class FedPerGNN(Protocol):
+    name = "fedpergnn"
+    Config = FedPerGNNConfig
+
+    def __init__(self, dataset: RecDataset, config: FedPerGNNConfig, seed: int):
+        super().__init__(dataset, config, seed)
+        self.train_items = dataset.train.items_by_user(dataset.n_users)
+        self.test_items = dataset.test.items_by_user(dataset.n_users)
+        self.train_ratings = self.test_ratings = None
+        if config.backbone == "gat":  # explicit ratings, aligned with the items above
+            self.train_ratings = [r for _, r in ratings_by_user(dataset.train, dataset.n_users)]
+            self.test_ratings = [r for _, r in ratings_by_user(dataset.test, dataset.n_users)]
+            self.rating_range = (
+                float(dataset.train.rating.min()),
+                float(dataset.train.rating.max()),
+            )
+        self.attack: dict[str, float] = {}  # cumulative attack measurements (switches)
+        self._attack_sums: dict[str, list[float]] = {}
+        self.users = [u for u in range(dataset.n_users) if len(self.train_items[u])]
+        self.accountant = PrivacyAccountant(delta=config.privacy_delta)
+        self.round_epsilon: list[float] = []  # max ε of one upload, per round (exact)
+        self.set_up = False
+        self.absence_seen = False  # a participant was away or a message late: run ``rejoin``
+
+    @property
+    def expand_every(self) -> int:
+        c = self.config
+        if c.expand_every:
+            return c.expand_every
+        per_round = c.users_per_round or len(self.users)
+        return max(1, math.ceil(len(self.users) / per_round))
+
+    def shared(self) -> dict:
+        lo, hi = getattr(self, "rating_range", (0.0, 0.0))
+        return {
+            "n_users": self.dataset.n_users,
+            "n_items": self.dataset.n_items,
+            "rating_min": lo,
+            "rating_max": hi,
+            "expand_period": self.expand_every,  # P: users tell a stale local graph by it
+            **dataclasses.asdict(self.config),
+        }
+
+    @property
+    def key_server_ids(self) -> list[str]:
+        return [node_id("key_server", r) for r in range(self.config.key_servers)]
+
+    def node_specs(self) -> list[NodeSpec]:
+        users = np.array(self.users, dtype=np.int64)
+        replicas = self.config.key_servers
+        specs = [NodeSpec(Server, SERVER, {"users": users})]
+        for r, nid in enumerate(self.key_server_ids):  # user u → replica u mod R
+            specs.append(NodeSpec(KeyServer, nid, {"users": users[users % replicas == r]}))
+        specs.append(NodeSpec(Matcher, MATCHER))
+        for u in self.users:
+            data = {"train_items": self.train_items[u], "test_items": self.test_items[u]}
+            if self.train_ratings is not None:
+                data["train_ratings"] = self.train_ratings[u]
+                data["test_ratings"] = self.test_ratings[u]
+            specs.append(NodeSpec(User, node_id("user", u), data, packable=True))
+        return specs
+
+    # --- choreography ---------------------------------------------------------------------------
+    def tokenize(self, dep: Deployment, round_: int) -> None:
+        """Step 1: every user's item tokens by the blind-RSA OPRF with the key server."""
+        dep.superstep(round_, "oprf_key", activate=self.key_server_ids)
+        dep.superstep(round_, "oprf_blind")
+        dep.superstep(round_, "oprf_sign")
+        dep.superstep(round_, "oprf_finalize")
+
+    def expand(self, dep: Deployment, round_: int) -> None:
+        """Step 2: graph expansion through the matcher."""
+        dep.superstep(round_, "expand_send", activate=["user"])
+        dep.superstep(round_, "expand_match")
+        dep.superstep(round_, "expand_receive")
+
+    def rejoin(self, dep: Deployment, round_: int) -> None:
+        """Sampled users who missed step 1 or the current epoch's expansion catch up before they
+        train (protocols/fedpergnn/roles.py): each superstep is driven by the previous one's
+        messages, so the chain stops as soon as nobody has anything left to do. Longest chain:
+        user key request → key → blinded → signed → expansion request → reply → user."""
+        for _ in range(REJOIN_STEPS):
+            dep.superstep(round_, "rejoin")
+            if not dep.has_pending():
+                return
+        raise RuntimeError(
+            f"round {round_}: rejoin messages still in flight after {REJOIN_STEPS} steps"
+        )
+
+    def _note_absences(self, dep: Deployment) -> None:
+        stats = dep.round_stats()
+        if stats["dropped"] or stats["late"]:
+            self.absence_seen = True
+
+    def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:
+        if not self.set_up:
+            self.tokenize(dep, round_)
+            self.set_up = True
+        if round_ % self.expand_every == 0:
+            self.expand(dep, round_)
+            if self.config.attack_dictionary and not self.attack.get("dictionary_tokens_observed"):
+                self._dictionary_attack(dep)  # once: the tokens never change
+        dep.superstep(round_, "download", activate=[SERVER])
+        self._note_absences(dep)
+        if getattr(self, "absence_seen", False):
+            self.rejoin(dep, round_)
+            # the sampled users received their download during rejoin and kept it
+            res = dep.superstep(round_, "train", activate=["user"])
+        else:
+            res = dep.superstep(round_, "train")
+        agg = dep.superstep(round_, "aggregate")
+        self._note_absences(dep)
+        self._account(agg.reports)
+        if self.config.attack_gradient_inference:
+            self._gradient_inference(dep)
+        return {
+            "loss": mean_report(res.reports, "loss"),
+            "participants": len(res.reports.get("loss", [])),
+            "skipped": len(agg.reports.get("skipped", [])),
+        }
+
+    def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:
+        dep.superstep(round_, "eval_download", activate=[SERVER])
+        res = dep.superstep(round_, "eval")
+        if self.config.backbone == "gat":
+            return {"rmse": gat.rmse_from_reports(res.reports)}
+        return {name: mean_report(res.reports, name) for name in sorted(res.reports)}
+
+    # --- attacks (measurement switches) ---------------------------------------------------------
+    def _dictionary_attack(self, dep: Deployment) -> None:
+        """The matcher enumerates every item id with the token functions it can evaluate without
+        the key (public (N, e)): textbook RSA x^e mod N, and the token of the unsigned hash
+        SHA-256(label ‖ H(x)); recovery = fraction of the tokens it holds that it maps to an id.
+        The control: the same attack on textbook-RSA tokens of the same items (the naive design)."""
+        observed = dep.call(MATCHER, "observed_tokens")
+        n, e = dep.call(self.key_server_ids[0], "public_numbers")
+        public = rsa.RSAPublicNumbers(e, n)
+        ids = range(self.dataset.n_items)
+        guesses = {
+            "textbook_rsa": lambda x: oprf.textbook_rsa_token(x, public),
+            "unsigned_hash": lambda x: oprf.token_of_unsigned_hash(x, n),
+        }
+        for name, fn in guesses.items():
+            found = dictionary_attack(observed, ids, fn)
+            self.attack[f"dictionary_{name}_recovered"] = len(found) / max(1, len(observed))
+        used = np.unique(np.concatenate([self.train_items[u] for u in self.users]))
+        naive = {oprf.textbook_rsa_token(int(x), public): int(x) for x in used}
+        found = dictionary_attack(naive, ids, guesses["textbook_rsa"])
+        self.attack["dictionary_control_textbook_tokens_recovered"] = recovery_rate(found, naive)
+        self.attack["dictionary_tokens_observed"] = len(observed)
+
+    def _gradient_inference(self, dep: Deployment) -> None:
+        """The curious server's positive-item inference on this round's real uploads, scored
+        against the users' items: as uploaded (with pseudo rows) and with the pseudo rows removed
+        (what the upload would show without them); ``f1_all_rows`` is the F1 of calling every row
+        positive, the figure an attack has to beat."""
+        if self.config.backbone == "gat":  # every real row is a rated item: find the real rows
+            attack = lambda ids, g: infer_real_rows(g)  # noqa: E731
+        else:  # BPR: positives and negatives pull opposite ways
+            attack = infer_positive_items
+        for src, ids, grads in dep.call(SERVER, "take_attack_views"):
+            truth = np.isin(ids, self.train_items[int(src.split("/")[1])])
+            pseudo = np.isin(ids, dep.call(src, "get_last_pseudo_items"))
+            for tag, keep in (
+                ("with_pseudo", np.ones(len(ids), bool)),
+                ("without_pseudo", ~pseudo),
+            ):
+                pred = attack(ids[keep], grads[keep]).numpy()
+                p, r, f = precision_recall_f1(pred, truth[keep])
+                chance = precision_recall_f1(np.ones(int(keep.sum()), bool), truth[keep])[2]
+                for name, v in (
+                    ("precision", p),
+                    ("recall", r),
+                    ("f1", f),
+                    ("f1_all_rows", chance),
+                ):
+                    self._attack_sums.setdefault(f"gradient_inference_{tag}_{name}", []).append(v)
+        for name, values in self._attack_sums.items():
+            self.attack[name] = math.fsum(values) / len(values)
+        self.attack["gradient_inference_uploads"] = len(
+            self._attack_sums.get("gradient_inference_with_pseudo_f1", [])
+        )
+
+    # --- privacy --------------------------------------------------------------------------------
+    def _account(self, reports: dict[str, list[float]]) -> None:
+        c = self.config
+        worst = 0.0
+        for name, values in sorted(reports.items()):
+            if not name.startswith("upload_coords/"):
+                continue
+            user = name.split("/", 1)[1]
+            n = int(values[0])
+            self.accountant.spend(
+                [user], laplace_vector_event(c.clip, c.laplace, _bucket(n)), "item_grad_upload"
+            )
+            worst = max(worst, 2 * c.clip * n / c.laplace if c.laplace else math.inf)
+        self.round_epsilon.append(worst)
+
+    def privacy(self) -> dict:
+        c = self.config
+        rigorous = self.accountant.worst_epsilon()
+        return {
+            "epsilon": rigorous,
+            "epsilon_per_coordinate_thesis": laplace_epsilon_per_coordinate(c.clip, c.laplace),
+            "epsilon_last_round_max_upload": self.round_epsilon[-1] if self.round_epsilon else 0.0,
+            "privacy_delta": c.privacy_delta,
+            "mechanism": "clip to [-clip, clip] + Laplace(laplace) per coordinate of each upload; "
+            "rigorous ε composes each user's uploads (vector L1 sensitivity 2·clip·n, n rounded "
+            "up to 2^k or 1.5·2^k)",
+            "unprotected": "e_u goes to the matcher without noise (as in the paper)",
+            "accountant": self.accountant.summary(),
+            **({"attacks": dict(sorted(self.attack.items()))} if self.attack else {}),
+        }
+
+
+class FedLightGCN(FedPerGNN):
+    """``fedpergnn`` with the LightGCN backbone (the thesis's FedLightGCN)."""
+
+    name = "fedlightgcn"
