@@ -95,8 +95,6 @@ def resume(
         raise CheckpointError(
             f"{run_dir}: --rounds must exceed the {start} rounds already done, got {rounds}"
         )
-    if not hasattr(state["settings"], "conditions"):  # a checkpoint from before run conditions
-        state["settings"].conditions = Conditions()
     settings = dataclasses.replace(
         state["settings"], rounds=rounds, address=address, progress=progress
     )

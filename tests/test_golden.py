@@ -69,7 +69,7 @@ def figures(summary: dict, rows: list[dict]) -> dict:
     }
 
 
-def golden_run(label: str, protocol: str, rounds: int, params: dict, out: Path) -> dict:
+def golden_run(protocol: str, rounds: int, params: dict, out: Path) -> dict:
     settings = RunSettings(
         protocol=protocol,
         rounds=rounds,
@@ -107,7 +107,7 @@ def same(got, want, where: str) -> None:
 def test_golden_run(case, ray_local, tmp_path):
     label, protocol, rounds, params = case
     want = json.loads(GOLDEN.read_text())[label]
-    got = json.loads(json.dumps(golden_run(label, protocol, rounds, params, tmp_path)))
+    got = json.loads(json.dumps(golden_run(protocol, rounds, params, tmp_path)))
     same(got, want, label)
 
 
@@ -124,7 +124,7 @@ def _update() -> None:
     recorded = {}
     with tempfile.TemporaryDirectory() as tmp:
         for label, protocol, rounds, params in CASES:
-            recorded[label] = golden_run(label, protocol, rounds, params, Path(tmp))
+            recorded[label] = golden_run(protocol, rounds, params, Path(tmp))
             print(label, recorded[label]["metrics"], flush=True)
     ray.shutdown()
     GOLDEN.parent.mkdir(exist_ok=True)

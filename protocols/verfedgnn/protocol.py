@@ -275,15 +275,18 @@ class VerFedGNN(Protocol):
             thd=c.thd,
         )
 
+    def _l1_sensitivity(self) -> float:
+        """Neighbouring = one rating of a party changed, which can move every coordinate of the
+        gradient clipped to [−B, B]: Δ₁ = 2B·|θ|."""
+        return 2.0 * self.config.clip * self.n_public
+
     def _release_event(self):
-        """One party's gradient release as a dp-accounting event. Neighbouring = one rating of
-        the party changed, which can move every coordinate of the gradient clipped to [−B, B]:
-        Δ₁ = 2B·|θ|. Ternary quantization (eq. 6) is then (0, min(1, Δ₁/r))-DP; Laplace(0, b)
-        noise is ε = Δ₁/b per release."""
+        """One party's gradient release as a dp-accounting event: ternary quantization (eq. 6)
+        is (0, min(1, Δ₁/r))-DP; Laplace(0, b) noise is ε = Δ₁/b per release."""
         c = self.config
         if c.mechanism == "laplace":
             return laplace_vector_event(c.clip, c.laplace_scale, self.n_public)
-        return approx_dp_event(0.0, ternary_delta(2.0 * c.clip * self.n_public, c.ternary_r).delta)
+        return approx_dp_event(0.0, ternary_delta(self._l1_sensitivity(), c.ternary_r).delta)
 
     def privacy(self) -> dict:
         """The rigorous ε at ``privacy_delta`` of the worst party, composed by the one accountant
@@ -296,7 +299,7 @@ class VerFedGNN(Protocol):
             return {**out, "epsilon": 0.0}
         if c.mechanism == "none":
             return {**out, "epsilon": math.inf}
-        l1 = 2.0 * c.clip * self.n_public
+        l1 = self._l1_sensitivity()
         out["epsilon"] = self.accountant.worst_epsilon()
         out["l1_sensitivity"] = l1
         if c.mechanism == "ternary":
