@@ -283,6 +283,8 @@ def protocol_flags(extras: list[str], config_cls) -> dict:
     import dataclasses
     import typing
 
+    from protocols.base import ConfigError, coerce
+
     hints = typing.get_type_hints(config_cls)
     aliases = getattr(config_cls, "ALIASES", {})
     hints.update({old: hints[new] for old, new in aliases.items()})
@@ -320,24 +322,11 @@ def protocol_flags(extras: list[str], config_cls) -> dict:
             value = extras[i + 1]
             i += 1
         i += 1
-        out[key] = _typed(name, value, hint)
+        try:
+            out[key] = coerce(key, value, hint)
+        except ConfigError as e:
+            raise ValueError(f"--{name}: {str(e).partition(': ')[2]}") from None
     return out
-
-
-def _typed(name: str, value: str, hint):
-    try:
-        if hint is bool:
-            low = value.lower()
-            if low not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError
-            return low in ("true", "1", "yes")
-        if hint is int:
-            return int(value)
-        if hint is float:
-            return float(value)
-    except ValueError:
-        raise ValueError(f"--{name}: expected {hint.__name__}, got {value!r}") from None
-    return value
 
 
 def _argv(argv: list[str] | None) -> list[str]:
@@ -534,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     from protocols.base import ConfigError, UnsuitableDataError, build_config
 
     try:
-        build_config(get_protocol(args.protocol).Config, params)  # fail fast, before Ray starts
+        config = build_config(get_protocol(args.protocol).Config, params)  # before Ray starts
     except ConfigError as e:
         parser.error(f"protocol parameter {e}")
     conditions = _conditions(parser, condition_values)
@@ -544,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
         conditions,
         protocol=args.protocol,
         rounds=args.rounds,
-        params=params,
+        params=config,
         checkpoint_every=args.checkpoint_every,
     )
     try:

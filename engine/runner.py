@@ -20,7 +20,13 @@ from models.baselines import popularity_metrics
 from nodes.conditions import Conditions
 from nodes.deployment import Deployment, HostLostError, NodeSpec, assign_hosts
 from protocols import get_protocol
-from protocols.base import ConfigError, Protocol, UnsuitableDataError, build_config
+from protocols.base import (
+    ConfigError,
+    Protocol,
+    ProtocolConfig,
+    UnsuitableDataError,
+    build_config,
+)
 
 
 @dataclass
@@ -34,7 +40,8 @@ class RunSettings:
     cpus_per_host: float | None = None
     address: str | None = None
     out: str = "runs"
-    params: dict = field(default_factory=dict)  # protocol parameters (from --config)
+    # the protocol's parameters: its built Config, or overrides for build_config (names, values)
+    params: ProtocolConfig | dict = field(default_factory=dict)
     progress: bool = True
     checkpoint_every: int = (
         0  # write run_dir/checkpoint.pkl every N rounds and after the last (0: never)
@@ -46,7 +53,11 @@ def run(
     settings: RunSettings, dataset: RecDataset, dataset_info: dict | None = None
 ) -> tuple[Path, dict]:
     proto_cls = get_protocol(settings.protocol)
-    config = build_config(proto_cls.Config, settings.params)
+    config = settings.params
+    if not isinstance(config, ProtocolConfig):
+        config = build_config(proto_cls.Config, dict(config))
+    elif type(config) is not proto_cls.Config:
+        raise ConfigError(f"params: a {type(config).__name__}, not {proto_cls.Config.__name__}")
     if settings.rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {settings.rounds}")
     try:

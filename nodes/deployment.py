@@ -36,6 +36,7 @@ from cluster.runtime import PlacedActors, spawn_spread
 from data.partition import partition_users
 from nodes.conditions import Conditions
 from nodes.host import Host
+from nodes.node import Shared
 
 PLACEMENTS = ("dedicated", "packed")
 
@@ -97,7 +98,7 @@ class Deployment:
         specs: list[NodeSpec],
         *,
         seed: int,
-        shared: dict,
+        shared: Shared | None = None,
         placement: str = "packed",
         hosts: int = 1,
         cpus_per_host: float | None = None,
@@ -107,6 +108,7 @@ class Deployment:
     ):
         """``tap=True`` keeps a copy of every message sent (tests scan them for private data)."""
         self.conditions = conditions if conditions is not None else Conditions()
+        shared = shared if shared is not None else Shared()
         self.seed = seed
         ids = [s.nid for s in specs]
         if len(set(ids)) != len(ids):

@@ -22,7 +22,7 @@ import torch
 
 from cluster.ledger import Ledger
 from cluster.message import Message, decode_batch, encode_batch, role_of
-from nodes.node import Node, NodeContext
+from nodes.node import Node, NodeContext, Shared
 
 
 def _pick_device() -> tuple[torch.device, list]:
@@ -66,7 +66,7 @@ def dumps_state(state) -> bytes:
 
 
 class Host:
-    def __init__(self, index: int, seed: int, shared: dict, num_cpus: float, conditions=None):
+    def __init__(self, index: int, seed: int, shared: Shared, num_cpus: float, conditions=None):
         self.index = index
         self.device, self.gpu_ids = _pick_device()
         torch.set_num_threads(max(1, int(round(num_cpus))))

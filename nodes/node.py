@@ -9,9 +9,10 @@ give each node the result it would get alone: tests check that.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections import defaultdict
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -25,11 +26,22 @@ def node_seed(seed: int, nid: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-class NodeContext:
-    """What the host gives every node it carries: the run's seed, the compute device, and the
-    protocol's shared public configuration (hyper-parameters, sizes — never another node's data)."""
+@dataclasses.dataclass(frozen=True)
+class Shared:
+    """What every host receives from the protocol, as typed records: ``config``, the protocol's
+    Config dataclass (hyper-parameters), and ``public``, the protocol's record of public values
+    derived from the data or calibrated before the run (sizes, the public catalogue, σ) — never
+    another node's data. Nodes read them as ``self.config`` and ``self.public``."""
 
-    def __init__(self, seed: int, device: torch.device, shared: dict, conditions=None):
+    config: Any = None
+    public: Any = None
+
+
+class NodeContext:
+    """What the host gives every node it carries: the run's seed, the compute device, the
+    protocol's :class:`Shared` records and the run conditions."""
+
+    def __init__(self, seed: int, device: torch.device, shared: Shared, conditions=None):
         from nodes.conditions import Conditions
 
         self.seed = seed
@@ -58,6 +70,16 @@ class Node:
     @property
     def device(self) -> torch.device:
         return self.ctx.device
+
+    @property
+    def config(self):
+        """The protocol's Config dataclass (the same for every node of the run)."""
+        return self.ctx.shared.config
+
+    @property
+    def public(self):
+        """The protocol's record of public values (sizes, public catalogue, calibrated noise)."""
+        return self.ctx.shared.public
 
     @property
     def shared(self) -> dict:

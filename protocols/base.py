@@ -1,7 +1,7 @@
 """What every protocol gives the runner: its parameters, its nodes, and its round choreography.
 
 A protocol is a plain class: ``node_specs()`` says which participants exist and with what private
-data, ``shared()`` the public configuration every host receives, ``run_round`` drives one round
+data, ``shared()`` the typed records every host receives (the Config and the protocol's public values), ``run_round`` drives one round
 as supersteps of a :class:`nodes.deployment.Deployment` and returns training figures,
 ``evaluate`` returns accuracy figures, and ``privacy`` the privacy spent so far.
 """
@@ -17,6 +17,7 @@ import numpy as np
 
 from data.types import RecDataset
 from nodes.deployment import Deployment, NodeSpec
+from nodes.node import Shared
 
 
 class ConfigError(ValueError):
@@ -92,13 +93,18 @@ def build_config(cls: type[ProtocolConfig], overrides: dict[str, Any]) -> Protoc
             raise ConfigError(
                 f"{key}: unknown parameter for {cls.__name__} (known: {', '.join(sorted(fields))})"
             )
-        values[key] = _coerce(key, value, hints[key])
+        values[key] = coerce(key, value, hints[key])
     cfg = cls(**values)
     cfg.check()
     return cfg
 
 
-def _coerce(key: str, value: Any, hint: Any) -> Any:
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+def coerce(key: str, value: Any, hint: Any) -> Any:
+    """``value`` as the field's type ``hint``, or a ConfigError naming ``key``: the one place where
+    a parameter is typed, whether it comes from a flag (text), a TOML table or Python."""
     origin = typing.get_origin(hint)
     if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
         args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -106,14 +112,26 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
             return None
         hint = args[0]
     if hint is bool:
+        if isinstance(value, str) and value.lower() in _TRUE + _FALSE:
+            return value.lower() in _TRUE
         if isinstance(value, bool):
             return value
         raise ConfigError(f"{key}: expected true/false, got {value!r}")
     if hint is int:
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
         return value
     if hint is float:
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
         return float(value)
@@ -136,8 +154,11 @@ class Protocol:
     def node_specs(self) -> list[NodeSpec]:
         raise NotImplementedError
 
-    def shared(self) -> dict:
-        return {}
+    def shared(self) -> Shared:
+        """What every host receives: the typed Config and the protocol's record of public values
+        (a frozen dataclass in the protocol's config.py); nodes read ``self.config`` and
+        ``self.public``."""
+        return Shared(self.config)
 
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:
         raise NotImplementedError

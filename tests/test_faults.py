@@ -173,7 +173,7 @@ class Device(Node):
 def _three_nodes(deadline):
     cond = Conditions(user_speed=0.0, server_speed=0.0, deadline=deadline)
     specs = [NodeSpec(Hub, "server/0")] + [NodeSpec(Device, u, packable=True) for u in SIZES]
-    dep = Deployment(specs, seed=0, shared={}, hosts=1, conditions=cond)
+    dep = Deployment(specs, seed=0, hosts=1, conditions=cond)
     try:
         dep.begin_round(0)
         dep.superstep(0, "push", activate=["server"])

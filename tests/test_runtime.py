@@ -36,7 +36,7 @@ def test_assign_hosts_packed_and_dedicated():
 
 
 def run_ring(placement, hosts, rounds=3):
-    dep = Deployment(ring_specs(6), seed=7, shared={}, placement=placement, hosts=hosts, tap=True)
+    dep = Deployment(ring_specs(6), seed=7, placement=placement, hosts=hosts, tap=True)
     try:
         values = []
         for r in range(rounds):
@@ -79,7 +79,7 @@ def test_unknown_destination_is_a_clear_error(ray_local):
             self.send("x", "user/99", b"")
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    dep = Deployment([NodeSpec(Stray, "server/0")], seed=0, shared={}, placement="dedicated")
+    dep = Deployment([NodeSpec(Stray, "server/0")], seed=0, placement="dedicated")
     try:
         with pytest.raises(Exception, match="unknown node user/99"):
             dep.superstep(0, "p", activate=["server"])

@@ -137,13 +137,13 @@ class KeyServer(Node):
         # every replica holds the one key, derived from replica 0's seed (a deployment copies it)
         key_rng = np.random.default_rng(node_seed(ctx.seed, KEY_SERVER))
         self.key = deterministic_rsa_key(key_rng, ctx.shared["key_bits"])
-        self.public = oprf.public_numbers(self.key)
+        self.rsa_public = oprf.public_numbers(self.key)
         self.signed = 0
 
     def handle(self, phase: str, inbox) -> None:
         if phase == "oprf_key":
             expect_kinds(inbox, node=self.id)
-            payload = wire.encode_bigints([self.public.n, self.public.e])
+            payload = wire.encode_bigints([self.rsa_public.n, self.rsa_public.e])
             for u in self.users:
                 self.send("oprf_public_key", node_id("user", int(u)), payload)
         elif phase in ("oprf_sign", "rejoin"):
@@ -154,7 +154,7 @@ class KeyServer(Node):
                     raise ValueError(f"{self.id}: {m.kind} from {m.src}, served by another replica")
                 if m.kind == "oprf_key_request":
                     msg.decode_key_request(m.payload)
-                    payload = wire.encode_bigints([self.public.n, self.public.e])
+                    payload = wire.encode_bigints([self.rsa_public.n, self.rsa_public.e])
                     self.send("oprf_public_key", m.src, payload)
                     continue
                 blinded = wire.decode_bigints(m.payload)
@@ -166,7 +166,7 @@ class KeyServer(Node):
 
     def public_numbers(self) -> tuple[int, int]:
         """(N, e): public, as every user receives it."""
-        return self.public.n, self.public.e
+        return self.rsa_public.n, self.rsa_public.e
 
 
 # --------------------------------------------------------------------------- matcher
@@ -328,7 +328,7 @@ class User(Node):
         self.test_ratings = _ratings(test_ratings, len(self.test_items), nid)
         self.embedding = torch.from_numpy(xavier_rows(self.rng, 1, s["n_users"], s["dim"])[0])
         self.blinding = oprf.BlindingRng(self.rng.bytes(32))
-        self.public = None
+        self.rsa_public = None
         self.unblinders: list[int] = []
         self.tokens: list[bytes] = []  # aligned with train_items
         self.nbr_emb = torch.zeros((0, s["dim"]))
@@ -363,11 +363,13 @@ class User(Node):
         n, e = wire.decode_bigints(key_payload)
         from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: PLC0415
 
-        self.public = rsa.RSAPublicNumbers(e, n)
+        self.rsa_public = rsa.RSAPublicNumbers(e, n)
         self._send_blinded()
 
     def _send_blinded(self) -> None:
-        blinded, self.unblinders = oprf.blind(self.train_items.tolist(), self.public, self.blinding)
+        blinded, self.unblinders = oprf.blind(
+            self.train_items.tolist(), self.rsa_public, self.blinding
+        )
         user = int(self.id.split("/")[1])
         replica = key_server_of(user, self.shared["key_servers"])
         self.send("oprf_blinded", replica, wire.encode_bigints(blinded))
@@ -376,7 +378,7 @@ class User(Node):
         """OPRF step 3: s = s'·r⁻¹, check s^e = H(x), token = SHA-256(s); tokens are cached."""
         signed = wire.decode_bigints(signed_payload)
         self.tokens = oprf.unblind_and_finalize(
-            self.train_items.tolist(), signed, self.unblinders, self.public
+            self.train_items.tolist(), signed, self.unblinders, self.rsa_public
         )
         self.unblinders = []
 
@@ -419,7 +421,9 @@ class User(Node):
         if download:  # sampled this round: keep the download for train, catch up first
             self.download, self.download_round = download, self.round
             if not self.tokens:
-                if self.public is None:  # the key server's broadcast was missed: ask for the key
+                if (
+                    self.rsa_public is None
+                ):  # the key server's broadcast was missed: ask for the key
                     user = int(self.id.split("/")[1])
                     replica = key_server_of(user, self.shared["key_servers"])
                     self.send("oprf_key_request", replica, msg.encode_key_request())
@@ -575,7 +579,7 @@ class User(Node):
         public key, and the expansion epoch of its local graph (-1: none)."""
         return {
             "tokens": len(self.tokens),
-            "public_key": self.public is not None,
+            "public_key": self.rsa_public is not None,
             "graph_epoch": self.graph_epoch,
         }
 
