@@ -180,3 +180,31 @@ def test_a_local_ray_start_has_no_token_warning(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "Token authentication" not in done.stderr + done.stdout
+
+
+def test_one_coercion_types_flags_toml_and_python_alike():
+    """A flag (text), a TOML value and a Python value go through the same ``coerce``."""
+    from protocols import get_protocol
+    from protocols.base import ConfigError, build_config
+
+    FedMFConfig = get_protocol("fedmf").Config
+    from_text = build_config(FedMFConfig, {"dim": "16", "lr_user": "0.5"})
+    from_toml = build_config(FedMFConfig, {"dim": 16, "lr_user": 0.5})
+    assert from_text == from_toml and isinstance(from_text.lr_user, float)
+    for bad in ({"dim": "eight"}, {"dim": 1.5}, {"dim": True}, {"lr_user": "fast"}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            build_config(FedMFConfig, bad)
+
+
+def test_run_takes_a_built_config_and_refuses_another_protocols(tmp_path):
+    """engine.run uses a Config it is given as is (launch builds it once); another protocol's
+    Config fails in one line before Ray starts."""
+    from data.synthetic import synthetic
+    from engine import RunSettings, run
+    from protocols import get_protocol
+    from protocols.base import ConfigError, build_config
+
+    dmf_config = build_config(get_protocol("dmf").Config, {})
+    settings = RunSettings(protocol="fedmf", rounds=1, out=str(tmp_path), params=dmf_config)
+    with pytest.raises(ConfigError, match="DMFConfig, not FedMFConfig"):
+        run(settings, synthetic(n_users=10, n_items=12, seed=0))
