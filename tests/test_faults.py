@@ -123,7 +123,7 @@ def test_without_a_snapshot_a_fault_stops_with_one_line_and_a_resumable_checkpoi
 
 
 def _fedmf_rounds(placement, hosts, rounds=4):
-    data = synthetic(n_users=12, n_items=30, seed=3)
+    data = synthetic(n_users=6, n_items=30, seed=3)
     proto = FedMF(data, FedMFConfig(dim=8, users_per_round=0, eval_every=1), seed=5)
     dep = deploy(proto, placement, hosts, conditions=Conditions(dropout=0.3))
     out = []
