@@ -23,6 +23,17 @@ O(ROW_BLOCK·N + q·D) instead of O(q·N). N = 100 000, q = 20 000 (a dense Φ w
 ≈ 25–50 s on 2 CPU cores.
 Generation is always on the CPU so that every party (CPU or GPU) gets the same Φ; blocks are
 moved to the data's device for the matrix products.
+
+Sparse Φ (:class:`SparseProjection`, the authors' code): a CountSketch matrix with one ±1 entry
+per column, Φ_{h(j), j} = s(j), h(j) uniform on [q], s(j) = ±1 with probability ½, fixed for the
+run by the seed. Y = ΦX adds each row into its bucket h(j) with its sign and X̂ = ΦᵀY reads it
+back, O(N·D) instead of O(q·N·D). Still unbiased (E[ΦᵀΦ] = I: the diagonal is 1, off-diagonal
+entries have mean 0), with E_Φ‖ΦᵀΦX − X‖_F² = ((N − 1)/q)·‖X‖_F². What does not carry over from
+the Gaussian Φ: there every coordinate of Y mixes all N rows, and Y determines X only up to the
+(N − q)-dimensional null space of Φ. Here a coordinate mixes only the rows that share its bucket,
+and Φ is public, so a row alone in its bucket — probability (1 − 1/q)^{N−1} ≈ e^{−N/q}, 0.7% of
+rows at q = N/5 — is read exactly from Y; otherwise a row is hidden among its bucket-mates
+(on average N/q of them), the sketch's l in place of the Gaussian argument's.
 """
 
 from __future__ import annotations
@@ -106,6 +117,31 @@ class GaussianProjection:
         return projection_matrix(self.q, self.n, self.seed)
 
 
+@dataclass(frozen=True)
+class SparseProjection:
+    """The CountSketch Φ ∈ {0, ±1}^{q×n} (module docstring) described by (q, n, seed)."""
+
+    q: int
+    n: int
+    seed: int
+
+    def __post_init__(self) -> None:
+        _check_dims(self.q, self.n, self.seed)
+
+    def hashes(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(bucket h(j) ∈ [q], sign s(j) ∈ {±1}) for every column j, as CPU tensors [n]."""
+        rng = np.random.default_rng(np.random.SeedSequence([int(self.seed), 0x5C0E]))
+        bucket = rng.integers(0, self.q, self.n)
+        sign = 1.0 - 2.0 * rng.integers(0, 2, self.n)
+        return torch.from_numpy(bucket), torch.from_numpy(sign).float()
+
+    def matrix(self) -> torch.Tensor:
+        bucket, sign = self.hashes()
+        phi = torch.zeros(self.q, self.n)
+        phi[bucket, torch.arange(self.n)] = sign
+        return phi
+
+
 def _as_2d(x: torch.Tensor, name: str) -> tuple[torch.Tensor, bool]:
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -116,21 +152,28 @@ def _as_2d(x: torch.Tensor, name: str) -> tuple[torch.Tensor, bool]:
     return x, False
 
 
-def _phi_shape(phi: torch.Tensor | GaussianProjection) -> tuple[int, int]:
-    if isinstance(phi, GaussianProjection):
+Projection = torch.Tensor | GaussianProjection | SparseProjection
+
+
+def _phi_shape(phi: Projection) -> tuple[int, int]:
+    if isinstance(phi, GaussianProjection | SparseProjection):
         return phi.q, phi.n
     if not isinstance(phi, torch.Tensor) or phi.dim() != 2:
-        raise ValueError("Φ must be a 2-D torch.Tensor or a GaussianProjection")
+        raise ValueError("Φ must be a 2-D torch.Tensor, a GaussianProjection or a SparseProjection")
     return int(phi.shape[0]), int(phi.shape[1])
 
 
-def project(phi: torch.Tensor | GaussianProjection, x: torch.Tensor) -> torch.Tensor:
+def project(phi: Projection, x: torch.Tensor) -> torch.Tensor:
     """Y = Φ X: [q, D] from X [N, D] (or [q] from a vector [N])."""
     x2, was_vector = _as_2d(x, "X")
     q, n = _phi_shape(phi)
     if x2.shape[0] != n:
         raise ValueError(f"X has {x2.shape[0]} rows but Φ has {n} columns")
-    if isinstance(phi, GaussianProjection):
+    if isinstance(phi, SparseProjection):  # Y[h(j)] += s(j)·X[j]
+        bucket, sign = (t.to(x2.device) for t in phi.hashes())
+        y = torch.zeros(q, x2.shape[1], dtype=x2.dtype, device=x2.device)
+        y.index_add_(0, bucket, x2 * sign.to(x2.dtype).unsqueeze(1))
+    elif isinstance(phi, GaussianProjection):
         y = torch.empty(q, x2.shape[1], dtype=x2.dtype, device=x2.device)
         for start, rows in phi.blocks():
             y[start : start + rows.shape[0]] = rows.to(x2.device, x2.dtype) @ x2
@@ -139,13 +182,16 @@ def project(phi: torch.Tensor | GaussianProjection, x: torch.Tensor) -> torch.Te
     return y.squeeze(1) if was_vector else y
 
 
-def reconstruct(phi: torch.Tensor | GaussianProjection, y: torch.Tensor) -> torch.Tensor:
+def reconstruct(phi: Projection, y: torch.Tensor) -> torch.Tensor:
     """X̂ = Φᵀ Y: [N, D] from Y [q, D] (unbiased for X since E[ΦᵀΦ] = I)."""
     y2, was_vector = _as_2d(y, "Y")
     q, n = _phi_shape(phi)
     if y2.shape[0] != q:
         raise ValueError(f"Y has {y2.shape[0]} rows but Φ has {q} rows")
-    if isinstance(phi, GaussianProjection):
+    if isinstance(phi, SparseProjection):  # X̂[j] = s(j)·Y[h(j)]
+        bucket, sign = (t.to(y2.device) for t in phi.hashes())
+        x = y2[bucket] * sign.to(y2.dtype).unsqueeze(1)
+    elif isinstance(phi, GaussianProjection):
         x = torch.zeros(n, y2.shape[1], dtype=y2.dtype, device=y2.device)
         for start, rows in phi.blocks():
             x += rows.to(y2.device, y2.dtype).T @ y2[start : start + rows.shape[0]]

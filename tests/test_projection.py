@@ -10,6 +10,7 @@ import torch
 from privacy.projection import (
     ROW_BLOCK,
     GaussianProjection,
+    SparseProjection,
     default_projection_dim,
     expected_reconstruction_error,
     project,
@@ -127,3 +128,51 @@ def test_bad_input_raises_value_error() -> None:
         project(phi, torch.zeros(5, 2, 2))
     with pytest.raises(ValueError, match="2-D"):
         project(torch.zeros(3), torch.zeros(3))
+
+
+# --- the sparse (CountSketch) Φ of the authors' code ---------------------------------------------
+def test_sparse_phi_has_one_signed_entry_per_column_and_is_seeded() -> None:
+    phi = SparseProjection(7, 50, seed=3).matrix()
+    assert torch.equal((phi != 0).sum(0), torch.ones(50, dtype=torch.long))
+    assert set(phi[phi != 0].tolist()) == {-1.0, 1.0}
+    assert torch.equal(phi, SparseProjection(7, 50, seed=3).matrix())
+    assert not torch.equal(phi, SparseProjection(7, 50, seed=4).matrix())
+
+
+def test_sparse_project_and_reconstruct_equal_the_dense_products() -> None:
+    sp = SparseProjection(9, 40, seed=2)
+    x = torch.randn(40, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    dense = sp.matrix().double()
+    assert torch.allclose(project(sp, x), dense @ x)
+    y = project(sp, x)
+    assert torch.allclose(reconstruct(sp, y), dense.T @ y)
+    assert project(sp, x[:, 0]).shape == (9,)
+
+
+def test_sparse_reconstruction_is_unbiased_with_error_n_minus_1_over_q() -> None:
+    n, q, d, draws = 60, 12, 3, 3000
+    x = torch.randn(n, d, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    errs, mean = [], torch.zeros_like(x)
+    for seed in range(draws):
+        sp = SparseProjection(q, n, seed)
+        xhat = reconstruct(sp, project(sp, x))
+        errs.append(float((xhat - x).pow(2).sum()))
+        mean += xhat / draws
+    want = (n - 1) / q * float(x.pow(2).sum())
+    assert abs(np.mean(errs) / want - 1) < 0.05  # 3,000 draws: relative standard error ≈ 1.5%
+    # E[X̂] = X: the per-entry standard error of the mean is ≈ sqrt(want / (n·d·draws)) ≈ 0.04
+    assert float((mean - x).abs().max()) < 0.25
+
+
+def test_sparse_rows_alone_in_their_bucket_are_read_exactly() -> None:
+    """What the sketch does not hide: a row alone in its bucket comes back exactly (≈ e^{−N/q})."""
+    n = 20_000
+    q = default_projection_dim(n)
+    sp = SparseProjection(q, n, seed=0)
+    bucket, _ = sp.hashes()
+    x = torch.randn(n, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    xhat = reconstruct(sp, project(sp, x))
+    alone = torch.bincount(bucket, minlength=q)[bucket] == 1
+    assert torch.allclose(xhat[alone], x[alone])
+    assert not torch.isclose(xhat[~alone], x[~alone]).all(1).any()
+    assert abs(float(alone.double().mean()) / np.exp(-n / q) - 1) < 0.2
