@@ -96,7 +96,7 @@ class DIPSGNNUser(Node):
             targets = self.sequence[self.n_train :]
             top = messages.decode_topk(msg.payload, len(targets), p.n_items, self.id)
             scores = topk_scores(top, p.n_items)
-            for name, values in next_item_metrics(scores, torch.as_tensor(targets), KS).items():
+            for name, values in next_item_metrics(scores, torch.tensor(targets), KS).items():
                 for v in values:
                     self.report(name, float(v))
         else:
