@@ -34,7 +34,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data.types import Interactions
+from data.types import Interactions, RecDataset
+
+
+def pooled_interactions(dataset: RecDataset) -> Interactions:
+    """Every interaction of the dataset, its train, val and test parts pooled, for a split made on
+    the users' sequences rather than by the dataset loader (DIPSGNN's); needs timestamps."""
+    parts = [p for p in (dataset.train, dataset.val, dataset.test) if p is not None]
+    if any(p.timestamp is None for p in parts):
+        raise ValueError(f"dipsgnn needs timestamps; dataset {dataset.name!r} has none")
+    return Interactions(
+        user=np.concatenate([p.user for p in parts]),
+        item=np.concatenate([p.item for p in parts]),
+        timestamp=np.concatenate([p.timestamp for p in parts]),
+    )
 
 
 def user_sequences(

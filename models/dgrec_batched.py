@@ -255,3 +255,38 @@ def loss_batch(
         for k, v in (("bpr", bpr), ("pearson", pearson), ("l2", l2), ("total", total))
     }
     return total, parts
+
+
+def per_user_gradients(
+    models: Sequence[torch.nn.Module],
+    graphs: HypergraphBatch,
+    pos: np.ndarray,
+    neg: np.ndarray,
+    reduction: str = "sum",
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Each of B users' own model's gradient of its eq.-3 loss, in one pass: a flat vector per
+    user (parameters in ``named_parameters`` order) and the users' loss values [B]. User b's loss
+    touches only slice b of the stacked parameters, so slice b of the gradient of Σ_b L_b is g_b.
+    ``pos``/``neg``: int [B, pairs]."""
+    model = models[0]
+    params = stacked_parameters(models)
+    total, parts = loss_batch(
+        model, params, graphs, torch.as_tensor(pos), torch.as_tensor(neg), reduction=reduction
+    )
+    total.sum().backward()
+    names = [name for name, _ in model.named_parameters()]
+    grads = [
+        torch.cat([params[name].grad[b].reshape(-1) for name in names]) for b in range(len(models))
+    ]
+    return grads, parts["total"].detach()
+
+
+@torch.no_grad()
+def all_item_scores(
+    models: Sequence[torch.nn.Module], graphs: HypergraphBatch, n_items: int
+) -> torch.Tensor:
+    """Every item's score for each of B users under its own model: [B, n_items]."""
+    model = models[0]
+    params = stacked_parameters(models)
+    e_u = encode_batch(model, params, graphs).e_u
+    return score_batch(model, params, e_u, torch.arange(n_items).expand(len(models), -1))

@@ -1,5 +1,6 @@
 """The DGREC / DLGNN user model as the protocols build it (protocols/dgrec/roles.py): the model
-class and its arguments from the protocol's shared configuration, the run's public initialisation
+class and its arguments from the protocol's Config and public record (``DGRECConfig``,
+``DGRECPublic`` of protocols/dgrec/config.py), the run's public initialisation
 (one per run, cached in this process so a host's users do not each draw it), and the split of its
 parameters into the shared (gossiped) and private ones.
 
@@ -18,41 +19,44 @@ from models.dgrec import DGRECUserModel, DLGNNUserModel
 _INIT_CACHE: dict[tuple, torch.Tensor] = {}
 
 
-def model_kwargs(s: dict) -> dict:
-    if s["model"] == "lightgcn":
+def model_kwargs(config, public) -> dict:
+    """The model's constructor arguments from ``config`` (a DGRECConfig) and ``public`` (its
+    DGRECPublic: the catalogue's sizes)."""
+    c = config
+    if c.model == "lightgcn":
         return {
-            "n_items": s["n_items"],
-            "dim": s["dim"],
-            "layers": s["layers"],
-            "l2_weight": s["l2"],
-            "init_std": s["init_std"],
+            "n_items": public.n_items,
+            "dim": c.dim,
+            "layers": c.layers,
+            "l2_weight": c.l2,
+            "init_std": c.init_std,
         }
     return {
-        "n_items": s["n_items"],
-        "n_tags": s["n_tags"],
-        "dim": s["dim"],
-        "n_interests": s["n_interests"],
-        "hidden": s["hidden"],
-        "use_hypergraph": s["use_hypergraph"],
-        "use_bipartite": s["use_bipartite"],
-        "interest_attention": s["interest_attention"],
-        "pearson": s["pearson"],
-        "scorer": s["scorer"],
-        "pearson_weight": s["pearson_weight"],
-        "l2_weight": s["l2"],
-        "init_std": s["init_std"],
+        "n_items": public.n_items,
+        "n_tags": public.n_tags,
+        "dim": c.dim,
+        "n_interests": c.n_interests,
+        "hidden": c.hidden,
+        "use_hypergraph": c.use_hypergraph,
+        "use_bipartite": c.use_bipartite,
+        "interest_attention": c.interest_attention,
+        "pearson": c.pearson,
+        "scorer": c.scorer,
+        "pearson_weight": c.pearson_weight,
+        "l2_weight": c.l2,
+        "init_std": c.init_std,
     }
 
 
-def model_class(s: dict) -> type[DGRECUserModel] | type[DLGNNUserModel]:
-    return DLGNNUserModel if s["model"] == "lightgcn" else DGRECUserModel
+def model_class(config) -> type[DGRECUserModel] | type[DLGNNUserModel]:
+    return DLGNNUserModel if config.model == "lightgcn" else DGRECUserModel
 
 
-def public_model(init_seed: int, s: dict) -> DGRECUserModel | DLGNNUserModel:
+def public_model(init_seed: int, config, public) -> DGRECUserModel | DLGNNUserModel:
     """A fresh model holding the run's public initialisation, drawn with torch seed ``init_seed``
     (the same for every user; a DLGNN user then draws its private user embedding itself)."""
-    kw = model_kwargs(s)
-    cls = model_class(s)
+    kw = model_kwargs(config, public)
+    cls = model_class(config)
     key = (cls.__name__, init_seed, tuple(sorted(kw.items())))
     model = cls(**kw)
     if key not in _INIT_CACHE:
@@ -66,9 +70,8 @@ def public_model(init_seed: int, s: dict) -> DGRECUserModel | DLGNNUserModel:
 def load_vector(vector: torch.Tensor, params: list) -> None:
     """Copy a flat vector's values into ``params`` in place. Unlike torch's
     ``vector_to_parameters``, which makes every parameter a view of ``vector``, each parameter
-    keeps a storage of its own: pickling a view writes the whole underlying vector, so a
-    checkpoint of a user held every parameter vector about ten times over (5.5 GB for ciao's
-    2,557 users, enough for Ray's memory monitor to kill the run while writing it)."""
+    keeps a storage of its own: pickling a view writes the whole underlying vector, so a user's
+    checkpoint would hold every parameter vector many times over."""
     sizes = [p.numel() for p in params]
     if vector.numel() != sum(sizes):
         raise ValueError(f"vector of {vector.numel()} elements for {sum(sizes)} parameters")
@@ -86,6 +89,14 @@ def split_parameters(model: torch.nn.Module) -> tuple[list, list]:
     return shared, private
 
 
-def n_shared(s: dict) -> int:
+def grad_vector(params: list) -> torch.Tensor:
+    """The parameters' gradients as one flat vector (zeros where a parameter has none)."""
+    return parameters_to_vector(
+        [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    ).detach()
+
+
+def n_shared(config, public) -> int:
     """n_s: the number of elements of one shared gradient."""
-    return sum(p.numel() for p in split_parameters(model_class(s)(**model_kwargs(s)))[0])
+    model = model_class(config)(**model_kwargs(config, public))
+    return sum(p.numel() for p in split_parameters(model)[0])

@@ -28,6 +28,7 @@ __all__ = [
     "rmse",
     "mae",
     "next_item_metrics",
+    "topk_scores",
     "popularity_scores",
 ]
 
@@ -353,6 +354,21 @@ def next_item_metrics(
         out[f"recall@{k}"] = inside.astype(np.float64)
         out[f"mrr@{k}"] = np.where(inside, 1.0 / (rank + 1.0), 0.0)
     return out
+
+
+def topk_scores(top: np.ndarray, n_items: int) -> torch.Tensor:
+    """Scores [rows, n_items] that rank each row's top-K list ``top`` [rows, K] (distinct item
+    ids, best first) in its order ahead of every other item: K − i for the i-th, 0 elsewhere.
+    With them, :func:`next_item_metrics` scores a ranking received as top-K lists; a target
+    outside its list ranks ≥ K."""
+    top = torch.as_tensor(np.asarray(top, dtype=np.int64))
+    if top.dim() != 2:
+        raise ValueError(f"top: expected [rows, K], got shape {tuple(top.shape)}")
+    if top.numel() and (int(top.min()) < 0 or int(top.max()) >= n_items):
+        raise ValueError(f"top: item ids must lie in [0, {n_items})")
+    rows, k = top.shape
+    values = torch.arange(k, 0, -1, dtype=torch.float32).expand(rows, k)
+    return torch.zeros(rows, n_items, dtype=torch.float32).scatter_(1, top, values)
 
 
 # --------------------------------------------------------------------------- baseline

@@ -26,6 +26,11 @@ the smallest is returned (the minimum of valid bounds is a valid bound):
   * Gaussian — compositions of Gaussians are a Gaussian with σ = (Σ k_i/σ_i²)^(−1/2); the
     analytic ε of Balle & Wang (2018) via ``dp_accounting.get_epsilon_gaussian``.
 
+A caller may restrict the bounds (``bounds``, e.g. ``("rdp",)`` for a run configured to account
+with RDP) and choose the RDP orders (``rdp_orders``). Subsampled Gaussians
+(``SampledWithoutReplacementDpEvent`` of a Gaussian: DP-SGD with fixed-size batches, REPLACE_ONE)
+are accounted by RDP only.
+
 Neighbouring relation. Events carry the sensitivity of *their* unit's neighbouring relation:
 for LDP any input of a user may be replaced by any other (clipped coordinates differ by ≤ 2δ,
 ``laplace_vector_event``); for edge-level central DP the caller states the sensitivity of its
@@ -52,6 +57,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy.special import logsumexp
 
 _REPLACE_ONE = dp_accounting.NeighboringRelation.REPLACE_ONE
+BOUNDS = ("gaussian", "basic", "rdp", "pld")
 _PLD_GRID_POINTS = 2**18
 _PLD_MIN_INTERVAL = 1e-6
 _PLD_MAX_SINGLE_EPSILON = 700.0  # beyond this the PLD library underflows to ε = ∞
@@ -73,12 +79,15 @@ _LEAF_TYPES = (
     dp_event.DiscreteLaplaceDpEvent,
     ApproxDpEvent,
     dp_event.NonPrivateDpEvent,
+    dp_event.SampledWithoutReplacementDpEvent,
 )
 _RDP_TYPES = (
     dp_event.LaplaceDpEvent,
     dp_event.GaussianDpEvent,
     dp_event.RandomizedResponseDpEvent,
+    dp_event.SampledWithoutReplacementDpEvent,
 )
+_RDP_ONLY_TYPES = (dp_event.SampledWithoutReplacementDpEvent,)
 SUPPORTED_EVENTS = ", ".join(
     t.__name__ for t in (*_LEAF_TYPES, dp_event.NoOpDpEvent, dp_event.SelfComposedDpEvent)
 )
@@ -131,6 +140,28 @@ def gaussian_event(sigma: float, sensitivity: float) -> dp_event.DpEvent:
     return dp_event.GaussianDpEvent(noise_multiplier=sigma / sensitivity)
 
 
+def sampled_gaussian_event(
+    noise_multiplier: float, population: int, batch_size: int
+) -> dp_event.DpEvent:
+    """One step of DP-SGD with a fixed-size batch: ``batch_size`` of ``population`` units drawn
+    uniformly without replacement, Gaussian noise of ``noise_multiplier`` × the L2 sensitivity of
+    the sum (REPLACE_ONE: 2C for per-unit clipping to C); NonPrivate when the multiplier is 0."""
+    noise_multiplier, population, batch_size = (
+        float(noise_multiplier),
+        int(population),
+        int(batch_size),
+    )
+    if not (math.isfinite(noise_multiplier) and noise_multiplier >= 0):
+        raise ValueError(f"noise_multiplier must be finite and >= 0, got {noise_multiplier!r}")
+    if population < 1 or not 1 <= batch_size <= population:
+        raise ValueError(f"need 1 <= batch_size <= population, got {batch_size}, {population}")
+    if noise_multiplier == 0:
+        return dp_event.NonPrivateDpEvent()
+    return dp_event.SampledWithoutReplacementDpEvent(
+        population, batch_size, dp_event.GaussianDpEvent(noise_multiplier)
+    )
+
+
 def approx_dp_event(epsilon: float, delta: float) -> ApproxDpEvent:
     """A release that is (ε, δ)-DP and nothing more is known about it."""
     epsilon, delta = float(epsilon), float(delta)
@@ -172,6 +203,10 @@ def _flatten(event: dp_event.DpEvent, count: int, into: dict[dp_event.DpEvent, i
     elif isinstance(event, dp_event.ComposedDpEvent):
         for sub in event.events:
             _flatten(sub, count, into)
+    elif isinstance(event, dp_event.SampledWithoutReplacementDpEvent) and not isinstance(
+        event.event, dp_event.GaussianDpEvent
+    ):
+        raise ValueError("the privacy accountant samples only Gaussian events without replacement")
     elif isinstance(event, _LEAF_TYPES):
         into[event] = into.get(event, 0) + count
     else:
@@ -215,10 +250,11 @@ def _gaussian_bound(leaves: dict, delta: float) -> float:
     return float(dp_accounting.get_epsilon_gaussian(precision**-0.5, delta))
 
 
-def _rdp_bound(leaves: dict, delta: float) -> float:
+def _rdp_bound(leaves: dict, delta: float, orders: tuple | None = None) -> float:
     if not all(isinstance(ev, _RDP_TYPES) for ev in leaves):
         return math.inf
-    acc = dp_accounting.rdp.RdpAccountant(neighboring_relation=_REPLACE_ONE)
+    options = {} if orders is None else {"orders": list(orders)}
+    acc = dp_accounting.rdp.RdpAccountant(neighboring_relation=_REPLACE_ONE, **options)
     for ev, k in leaves.items():
         acc.compose(ev, k)
     return float(acc.get_epsilon(delta))
@@ -268,6 +304,8 @@ def _pld_bound(leaves: dict, delta: float, reference: float) -> float:
     """PLD ε; ``reference`` is a cheaper upper bound already known (sets the grid)."""
     if all(isinstance(ev, dp_event.GaussianDpEvent) for ev in leaves):
         return math.inf  # the analytic Gaussian bound is exact
+    if any(isinstance(ev, _RDP_ONLY_TYPES) for ev in leaves):
+        return math.inf
     if any(_loss_half_range(ev) > _PLD_MAX_SINGLE_EPSILON for ev in leaves):
         return math.inf
     half_ranges = {ev: _loss_half_range(ev) for ev in leaves}
@@ -302,7 +340,12 @@ def _no_guarantee(event: dp_event.DpEvent) -> bool:
 
 
 @functools.lru_cache(maxsize=65536)
-def _epsilon_of_leaves(key: tuple[tuple[dp_event.DpEvent, int], ...], delta: float) -> tuple:
+def _epsilon_of_leaves(
+    key: tuple[tuple[dp_event.DpEvent, int], ...],
+    delta: float,
+    bounds: tuple[str, ...] = BOUNDS,
+    rdp_orders: tuple | None = None,
+) -> tuple:
     leaves = dict(key)
     if not leaves:
         return 0.0, "none"
@@ -310,10 +353,12 @@ def _epsilon_of_leaves(key: tuple[tuple[dp_event.DpEvent, int], ...], delta: flo
         return math.inf, "non-private"
     best, how = math.inf, "none"
     for name, bound in _CHEAP_BOUNDS.items():
-        eps = bound(leaves, delta)
+        if name not in bounds:
+            continue
+        eps = bound(leaves, delta, rdp_orders) if name == "rdp" else bound(leaves, delta)
         if eps < best:
             best, how = eps, name
-    if how != "gaussian" and best > 0:  # the analytic Gaussian is exact; else try the PLD
+    if "pld" in bounds and how != "gaussian" and best > 0:  # the analytic Gaussian is exact
         eps = _pld_bound(leaves, delta, reference=best)
         if eps < best:
             best, how = eps, "pld"
@@ -337,15 +382,40 @@ def _check_delta(delta: float) -> float:
     return delta
 
 
-def epsilon_of(event: dp_event.DpEvent, count: int = 1, delta: float = 1e-5) -> float:
+def _check_bounds(bounds, rdp_orders) -> tuple[tuple[str, ...], tuple | None]:
+    bounds = BOUNDS if bounds is None else tuple(bounds)
+    unknown = [b for b in bounds if b not in BOUNDS]
+    if unknown or not bounds:
+        raise ValueError(f"bounds must be a non-empty subset of {BOUNDS}, got {bounds!r}")
+    orders = None if rdp_orders is None else tuple(rdp_orders)
+    if orders is not None and (not orders or min(orders) <= 1):
+        raise ValueError(f"RDP orders must be > 1, got {rdp_orders!r}")
+    return bounds, orders
+
+
+def epsilon_of(
+    event: dp_event.DpEvent,
+    count: int = 1,
+    delta: float = 1e-5,
+    bounds: Iterable[str] | None = None,
+    rdp_orders: Iterable[float] | None = None,
+) -> float:
     """Rigorous ε at ``delta`` of ``event`` composed ``count`` times (min over PLD, RDP, basic
-    composition and the analytic Gaussian; see the module docstring)."""
-    return _epsilon_of_leaves(_leaves_key(event, count), _check_delta(delta))[0]
+    composition and the analytic Gaussian, or over ``bounds``; see the module docstring)."""
+    key = _leaves_key(event, count)
+    return _epsilon_of_leaves(key, _check_delta(delta), *_check_bounds(bounds, rdp_orders))[0]
 
 
-def bound_used(event: dp_event.DpEvent, count: int = 1, delta: float = 1e-5) -> str:
+def bound_used(
+    event: dp_event.DpEvent,
+    count: int = 1,
+    delta: float = 1e-5,
+    bounds: Iterable[str] | None = None,
+    rdp_orders: Iterable[float] | None = None,
+) -> str:
     """Which bound gave ``epsilon_of`` ("pld", "rdp", "basic", "gaussian", "none", "non-private")."""
-    return _epsilon_of_leaves(_leaves_key(event, count), _check_delta(delta))[1]
+    key = _leaves_key(event, count)
+    return _epsilon_of_leaves(key, _check_delta(delta), *_check_bounds(bounds, rdp_orders))[1]
 
 
 # ---------------------------------------------------------------------------- the accountant
@@ -353,10 +423,17 @@ def bound_used(event: dp_event.DpEvent, count: int = 1, delta: float = 1e-5) -> 
 
 class PrivacyAccountant:
     """Counts, per privacy unit, how many times it took part in each (label, event) release,
-    and turns the counts into ε at ``self.delta``."""
+    and turns the counts into ε at ``self.delta`` (with ``bounds`` and ``rdp_orders`` as in
+    :func:`epsilon_of`)."""
 
-    def __init__(self, delta: float = 1e-5) -> None:
+    def __init__(
+        self,
+        delta: float = 1e-5,
+        bounds: Iterable[str] | None = None,
+        rdp_orders: Iterable[float] | None = None,
+    ) -> None:
         self.delta = _check_delta(delta)
+        self._bounds, self._rdp_orders = _check_bounds(bounds, rdp_orders)
         self._unit_index: dict[Hashable, int] = {}
         self._streams: list[tuple[str, dp_event.DpEvent]] = []
         self._stream_index: dict[tuple[str, str], int] = {}
@@ -424,7 +501,7 @@ class PrivacyAccountant:
                 if k > 0
             ]
         )
-        return _epsilon_of_leaves(_leaves_key(event, 1), self.delta)
+        return _epsilon_of_leaves(_leaves_key(event, 1), self.delta, self._bounds, self._rdp_orders)
 
     def epsilon(self, unit: Hashable) -> float:
         """ε at ``self.delta`` of everything ``unit`` took part in (0 for an unknown unit)."""

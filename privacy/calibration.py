@@ -1,5 +1,11 @@
 """σ for DIPSGNN's noisy aggregation (eq. 7), calibrated on the release pattern with dp-accounting.
 
+This module only calibrates: it solves the noise (σ, or DP-SGD's multiplier z) for a target
+(ε2, δ) before the run, evaluating candidates with dp-accounting (``spent_epsilon``,
+``dpsgd_epsilon``). What a run has spent is counted by the one accountant
+(privacy/accountant.py), to which protocols/dipsgnn/protocol.py reports every release as a
+dp-accounting event (``gaussian_event``, ``sampled_gaussian_event``).
+
 Release pattern. In every GNN propagation step the server releases the two noisy aggregates
 
     M_in = A_in · H̄ + N(0, σ² I),      M_out = A_out · H̄ + N(0, σ² I)           (eq. 7)
@@ -47,6 +53,7 @@ import numpy as np
 from dp_accounting import pld, rdp
 
 from data.sequences import train_length
+from privacy.accountant import sampled_gaussian_event
 
 PLD_DISCRETIZATION = 1e-3  # PLD value grid; its ε error is ~1e-5 here, far below the 1e-3 we need
 PLD_ANALYTIC_BELOW = 0.25  # composed multiplier below which (ε ≳ 25 at δ = 1e-5) ε is analytic
@@ -184,6 +191,40 @@ def calibrate_sigma(
     return float(multiplier) * float(sensitivity)
 
 
+# --------------------------------------------------------------------------- DIPSGNN's noise
+
+
+def calibrated_releases(config) -> int:
+    """Public bound on the noisy releases of one edge over the whole run, from a DIPSGNNConfig:
+    n = (⌊0.8·max_len⌋ - 2)·T·epochs (releases_per_edge of the longest sequence a user may
+    have); EdgeRand perturbs each prefix graph once, whatever the epochs and steps."""
+    c = config
+    longest = np.zeros(c.max_len, dtype=np.int64)
+    if c.mechanism == "edgerand":
+        return releases_per_edge([longest], 1, 1, c.train_fraction)
+    return releases_per_edge([longest], c.epochs, c.steps, c.train_fraction)
+
+
+def graph_sensitivity(config) -> float:
+    """Δ of one release: √2·w_max·C for the aggregates (eq. 7); w_max for one entry of A_out
+    (EdgeRand, whose A_in is the transpose: post-processing)."""
+    if config.mechanism == "edgerand":
+        return float(config.max_edge_weight)
+    return edge_sensitivity(config.clip_norm, config.max_edge_weight)
+
+
+def noise_sigma(config) -> float:
+    """σ of eq. 7 (or of EdgeRand's adjacency noise) for a DIPSGNNConfig: ``calibrate_sigma`` for
+    the counted releases at (eps2, privacy_delta), or 0 for the non-private network and for
+    DP-SGD (whose noise is on the gradients)."""
+    c = config
+    if not c.private_graph or c.mechanism == "dpsgd":
+        return 0.0
+    return calibrate_sigma(
+        c.eps2, c.privacy_delta, calibrated_releases(c), graph_sensitivity(c), c.accountant
+    )
+
+
 # --------------------------------------------------------------------------- DP-SGD baseline
 #
 # DP-SGD (Abadi et al. 2016) at the same (ε2, δ): each step samples a fixed-size batch of
@@ -201,10 +242,7 @@ def _dpsgd_event(
     noise_multiplier: float, population: int, batch_size: int, steps: int
 ) -> dp_accounting.DpEvent:
     return dp_accounting.SelfComposedDpEvent(
-        dp_accounting.SampledWithoutReplacementDpEvent(
-            int(population), int(batch_size), dp_accounting.GaussianDpEvent(noise_multiplier)
-        ),
-        int(steps),
+        sampled_gaussian_event(noise_multiplier, population, batch_size), int(steps)
     )
 
 

@@ -8,7 +8,7 @@ PROTOCOLS: dict[str, str] = {
     "fedmf": "protocols.fedmf:FedMF",
     "dmf": "protocols.dmf:DMF",
     "dgrec": "protocols.dgrec.protocol:DGREC",
-    "dlgnn": "protocols.dlgnn:DLGNN",
+    "dlgnn": "protocols.dlgnn.protocol:DLGNN",
     "ping": "protocols.ping:Ping",
     "echo": "protocols.echo:Echo",
     "fedpergnn": "protocols.fedpergnn.protocol:FedPerGNN",

@@ -22,6 +22,7 @@ from privacy.accountant import (
     laplace_vector_event,
     randomized_response_event,
     rdp_of_randomized_response,
+    sampled_gaussian_event,
 )
 
 
@@ -203,3 +204,40 @@ def test_many_units_many_rounds_is_fast():
 def test_bad_input_raises_value_error(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_restricted_bounds_and_orders_reproduce_the_dp_accounting_accountant():
+    """``bounds=("rdp",)`` is dp-accounting's RDP accountant; the unrestricted accountant takes
+    the exact analytic ε for Gaussians, below the RDP figure."""
+    event, k, delta = gaussian_event(3.0, 1.0), 40, 1e-5
+    rdp = dp_accounting.rdp.RdpAccountant()
+    rdp.compose(event, k)
+    assert epsilon_of(event, k, delta, bounds=("rdp",)) == rdp.get_epsilon(delta)
+    assert bound_used(event, k, delta) == "gaussian"
+    assert epsilon_of(event, k, delta) == dp_accounting.get_epsilon_gaussian(
+        3.0 / math.sqrt(k), delta
+    )
+    assert epsilon_of(event, k, delta) < epsilon_of(event, k, delta, bounds=("rdp",))
+    with pytest.raises(ValueError, match="bounds"):
+        PrivacyAccountant(bounds=("nope",))
+
+
+def test_sampled_gaussian_steps_are_accounted_by_rdp_on_the_given_orders():
+    """DP-SGD with fixed-size batches (REPLACE_ONE): the accountant's ε is dp-accounting's RDP
+    of the same composition on the same orders, whether charged step by step or at once."""
+    orders = (1.5, 2, 3, 4, 8, 16, 32)
+    step, steps, delta = sampled_gaussian_event(1.1, 100, 10), 25, 1e-5
+    rdp = dp_accounting.rdp.RdpAccountant(
+        orders=orders, neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE
+    )
+    rdp.compose(dp_accounting.SelfComposedDpEvent(step, steps))
+    want = rdp.get_epsilon(delta)
+    acc = PrivacyAccountant(delta, rdp_orders=orders)
+    acc.spend(np.repeat([7, 8], steps), step, "dpsgd")
+    acc.spend([8], step, "dpsgd")
+    assert acc.count(7) == steps and acc.epsilon(7) == want
+    assert acc.worst_epsilon() == acc.epsilon(8) > want
+    assert bound_used(step, steps, delta, rdp_orders=orders) == "rdp"
+    assert isinstance(sampled_gaussian_event(0.0, 100, 10), dp_accounting.NonPrivateDpEvent)
+    with pytest.raises(ValueError):
+        sampled_gaussian_event(1.0, 10, 11)

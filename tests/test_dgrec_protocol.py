@@ -22,7 +22,7 @@ from protocols.base import ConfigError, build_config
 from protocols.dgrec.messages import decode_share, decode_status, share_message_size
 from protocols.dgrec.protocol import DGREC
 from protocols.dgrec.sampling import gossip_rounds, local_edges, worst_case_bits
-from protocols.dlgnn import DLGNN
+from protocols.dlgnn.protocol import DLGNN
 
 pytestmark = pytest.mark.ray
 

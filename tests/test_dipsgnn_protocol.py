@@ -12,7 +12,13 @@ from cluster import wire
 from data.sequences import train_length
 from data.synthetic import synthetic
 from engine import deploy
-from privacy.calibration import calibrate_sigma, edge_sensitivity, spent_epsilon
+from privacy.accountant import epsilon_of, gaussian_event, sampled_gaussian_event
+from privacy.calibration import (
+    DPSGD_RDP_ORDERS,
+    calibrate_sigma,
+    calibrated_releases,
+    edge_sensitivity,
+)
 from privacy.feature_perturbation import (
     encode_user_features,
     feature_vector_layout,
@@ -20,7 +26,7 @@ from privacy.feature_perturbation import (
 )
 from protocols import get_protocol
 from protocols.base import ConfigError, build_config
-from protocols.dipsgnn.protocol import DIPSGNNProtocol, calibrated_releases
+from protocols.dipsgnn.protocol import DIPSGNNProtocol
 
 pytestmark = pytest.mark.ray
 
@@ -68,7 +74,7 @@ def test_no_clean_feature_leaves_a_user(ray_local, eps1):
     ds = small_dataset()
     out = run({**SMALL, "eps1": eps1}, rounds=1, dataset=ds, tap=True)
     proto = out["protocol"]
-    layout = feature_vector_layout(proto.feature_kinds, proto.feature_cardinality)
+    layout = feature_vector_layout(proto.feature_kinds, proto.public.feature_cardinality)
     k = sampled_feature_count(len(layout), eps1)
     kinds = {}
     for m in out["tapped"]:
@@ -81,8 +87,8 @@ def test_no_clean_feature_leaves_a_user(ray_local, eps1):
         clean_vectors[int(u)] = encode_user_features(
             proto.user_features(int(u)),
             proto.feature_kinds,
-            proto.feature_cardinality,
-            proto.public_ranges,
+            proto.public.feature_cardinality,
+            proto.public.public_ranges,
         )
     for m in kinds["features"]:
         u = int(m.src.split("/")[1])
@@ -112,7 +118,7 @@ def test_held_out_items_and_sequences(ray_local):
         ctx = wire.decode_ids(by_src[("eval_context", f"user/{u}")].payload)
         np.testing.assert_array_equal(ctx, full[n_tr:-1])  # the last item never leaves
     # bytes against the wire formulas: dense = 3 + 4·ndim + 4·slots; ids = 6 + width·count
-    slots = sum(s.stop - s.start for s in proto.layout)
+    slots = proto.public.n_feature_slots
     upload = [r for r in out["ledger"] if r["phase"] == "upload"]
     by_kind = {}
     for r in upload:
@@ -141,8 +147,9 @@ def test_sigma_is_calibrated_for_the_counted_releases(ray_local):
     longest = max(len(out["protocol"].sequences[u]) for u in out["protocol"].users)
     assert priv["releases_per_edge_spent"] == (train_length(longest) - 2) * 2 * 3
     assert priv["epsilon"] <= 4.0 + 1e-6
-    assert priv["epsilon"] == pytest.approx(
-        spent_epsilon(sigma, sens, priv["releases_per_edge_spent"], 1e-5)
+    # the accountant's figure: the exact (analytic) ε of the Gaussian releases spent
+    assert priv["epsilon"] == epsilon_of(
+        gaussian_event(out["state"]["sigma"], sens), priv["releases_per_edge_spent"], 1e-5
     )
     assert priv["epsilon2_theorem_4_2_all_releases"] >= priv["epsilon"]
     assert priv["epsilon1_features"] == cfg.eps1
@@ -240,6 +247,16 @@ def test_dpsgd_noise_multiplier_and_budget(ray_local):
     priv = out["privacy"]
     assert priv["steps_spent"] == priv["steps_calibrated"] == steps
     assert priv["epsilon"] == pytest.approx(dpsgd_epsilon(z, n, 4, steps, 1e-5))
+    # the accountant's figure for the steps spent: the calibration's RDP evaluation, exactly
+    z_run = proto.dpsgd_noise_multiplier
+    assert priv["epsilon"] == dpsgd_epsilon(z_run, n, 4, steps, 1e-5)
+    assert priv["epsilon"] == epsilon_of(
+        sampled_gaussian_event(z_run, n, 4),
+        steps,
+        1e-5,
+        bounds=("rdp",),
+        rdp_orders=DPSGD_RDP_ORDERS,
+    )
     assert priv["epsilon"] == pytest.approx(5.0, abs=1e-3)
     assert all(np.isfinite(t["loss"]) for t in out["train"])
     assert 0 <= out["metrics"]["recall@20"] <= 1

@@ -23,10 +23,11 @@ from nodes.conditions import Conditions
 from nodes.node import NodeContext
 from privacy.onebit import encode_onebit, onebit_scale
 from protocols.base import build_config
+from protocols.dgrec.config import DGRECConfig
 from protocols.dgrec.messages import decode_held, decode_share
 from protocols.dgrec.protocol import DGREC
 from protocols.dgrec.sampling import sample_neighbourhood
-from protocols.dlgnn import DLGNN
+from protocols.dlgnn.protocol import DLGNN
 from protocols.dmf import DMF
 
 pytestmark = pytest.mark.ray
@@ -218,23 +219,23 @@ def test_status_waits_for_an_offline_neighbour_and_reaches_it_when_back():
 # --------------------------------------------------------------------------------------------- 3
 @pytest.mark.parametrize("mechanism", ["onebit", "float"])
 def test_decoding_divides_by_the_gradients_held(mechanism):
-    s = {"mechanism": mechanism, "clip": 0.1, "beta": 1.0}
+    c = DGRECConfig(mechanism=mechanism, clip=0.1, beta=1.0)
     gen = torch.Generator().manual_seed(0)
     grads = [torch.randn(50, generator=gen) * 0.05 for _ in range(3)]
     if mechanism == "onebit":
-        codes = [encode_onebit(g, s["clip"], s["beta"], gen) for g in grads]
-        encoded = [wire.encode_signs(c) for c in codes]
-        vectors = [c.numpy().astype(np.float64) * onebit_scale(s["clip"], s["beta"]) for c in codes]
+        codes = [encode_onebit(g, c.clip, c.beta, gen) for g in grads]
+        encoded = [wire.encode_signs(code) for code in codes]
+        vectors = [code.numpy().astype(np.float64) * onebit_scale(c.clip, c.beta) for code in codes]
     else:
         encoded = [wire.encode_dense(g.numpy()) for g in grads]
         vectors = [g.numpy().astype(np.float64) for g in grads]
     held = {0: encoded[0], 2: encoded[2]}  # origin 1's gradient never arrived
-    got = decode_held(held, s)
+    got = decode_held(held, c)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, (vectors[0] + vectors[2]) / 2, rtol=1e-6, atol=1e-7)
     assert not np.allclose(got, (vectors[0] + vectors[2]) / 3, rtol=1e-3)  # not the nominal 3
     with pytest.raises(ValueError):
-        decode_held({}, s)
+        decode_held({}, c)
 
 
 def test_a_member_decodes_what_reached_it_when_a_host_dies_mid_gossip(ray_local):
@@ -244,7 +245,6 @@ def test_a_member_decodes_what_reached_it_when_a_host_dies_mid_gossip(ray_local)
     cls, params = CASES["dgrec"]
     protocol = cls(small_dataset(), build_config(cls.Config, params), seed=SEED)
     lr, hops, r = protocol.config.lr, protocol.config.hops, 0
-    shared = protocol.shared()
     dep = deploy(protocol, "packed", 2, tap=True, conditions=Conditions(snapshot_every=1))
     try:
         dep.begin_round(r)
@@ -298,7 +298,7 @@ def test_a_member_decodes_what_reached_it_when_a_host_dies_mid_gossip(ray_local)
             members = tree[root(u)]
             assert u in held and set(held) <= members
             short += len(held) < len(members)
-            mean = decode_held({o: encoded[o] for o in held}, shared)
+            mean = decode_held({o: encoded[o] for o in held}, protocol.config)
             expect = torch.tensor(before[u]) - lr * torch.from_numpy(mean)
             np.testing.assert_allclose(
                 dep.call(f"user/{u}", "get_parameters"), expect.numpy(), rtol=0, atol=1e-6

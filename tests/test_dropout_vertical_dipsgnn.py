@@ -19,7 +19,7 @@ from cluster.message import index_of, node_id
 from data.synthetic import synthetic
 from engine import deploy
 from nodes.conditions import Conditions
-from privacy.calibration import spent_epsilon
+from privacy.accountant import epsilon_of, gaussian_event
 from protocols.base import build_config
 from protocols.dipsgnn.protocol import DIPSGNNProtocol
 from protocols.verfedgnn.messages import decode_public
@@ -231,15 +231,11 @@ def test_dipsgnn_accountant_counts_only_releases_that_happened(ray_local):
         assert acc["epsilon1_features"] == (c.eps1 if first >= 0 else 0.0)
         releases = int(proto.edge_prefixes[row]) * c.steps * epochs
         assert acc["releases_per_edge"] == releases
-        assert acc["epsilon2"] == spent_epsilon(
-            proto.sigma, proto.sensitivity, releases, c.privacy_delta
-        )
+        release = gaussian_event(proto.sigma, proto.sensitivity)  # one Gaussian release (eq. 7)
+        assert acc["epsilon2"] == epsilon_of(release, releases, c.privacy_delta)
         # the same user had it uploaded in round 0 (its data held for every epoch)
-        full[u] = spent_epsilon(
-            proto.sigma,
-            proto.sensitivity,
-            int(proto.edge_prefixes[row]) * c.steps * ROUNDS,
-            c.privacy_delta,
+        full[u] = epsilon_of(
+            release, int(proto.edge_prefixes[row]) * c.steps * ROUNDS, c.privacy_delta
         )
         if first == 0:
             assert acc["epsilon2"] == full[u]  # offline later (users 5, 7): nothing saved

@@ -230,3 +230,18 @@ def test_popularity_scores():
     # the baseline ranks popular items first
     top = topk_excluding(pop[None, :], [np.array([1])], 2)
     assert top.tolist() == [[0, 3]]
+
+
+def test_topk_scores_give_next_item_metrics_of_the_received_lists():
+    """Scores built from top-K lists rank each list in order ahead of everything else, so
+    next_item_metrics on them is the rank of the target in its list (K when absent)."""
+    from models.metrics import topk_scores
+
+    top = np.array([[4, 1, 7], [0, 2, 3]])
+    target = torch.tensor([7, 5])
+    m = next_item_metrics(topk_scores(top, 8), target, ks=(1, 3))
+    np.testing.assert_array_equal(m["recall@3"], [1.0, 0.0])
+    np.testing.assert_array_equal(m["mrr@3"], [1.0 / 3.0, 0.0])
+    np.testing.assert_array_equal(m["recall@1"], [0.0, 0.0])
+    with pytest.raises(ValueError):
+        topk_scores(np.array([[8]]), 8)

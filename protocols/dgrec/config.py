@@ -1,14 +1,12 @@
 """DGREC's parameters (protocols/dgrec/protocol.py runs them).
 
-Step size (not stated by the paper; measured on ml-100k). The decoded one-bit mean estimates the
-mean of *clipped* gradients, so in expectation a step moves an element by at most lr·δ, while its
-noise has standard deviation lr·δ·coth(β/2)/√k (k gradients; 0.216/√k at δ = 0.1, β = 1). The
-item-embedding gradients of eq. 3 are ~6e-3 per element (BPR summed over ``pairs`` pairs), far
-below δ, so lr must be large: at lr 0.05 with 4 neighbourhoods a round (a user trains in ~1/3 of
-the rounds) the users' models barely left their initialisation in 100 rounds (Recall@20 0.0475).
-Defaults here: lr 0.5, 64 pairs, 12 neighbourhoods a round (most users train every round);
-δ, β, H, n_u keep the paper's values. ``model = "lightgcn"`` (models/dgrec.py ``DLGNNUserModel``)
-is the DLGNN baseline (protocols/dlgnn.py).
+Step size (the paper does not state it). The decoded one-bit mean estimates the mean of *clipped*
+gradients, so in expectation a step moves an element by at most lr·δ, while its noise has standard
+deviation lr·δ·coth(β/2)/√k (k gradients; 0.216/√k at δ = 0.1, β = 1). The item-embedding
+gradients of eq. 3 are far below δ per element (BPR summed over ``pairs`` pairs), so lr must be
+large. Defaults: lr 0.5, 64 pairs, 12 neighbourhoods a round (most users train every round); δ, β,
+H, n_u keep the paper's values. ``model = "lightgcn"`` (models/dgrec.py ``DLGNNUserModel``) is the
+DLGNN baseline (protocols/dlgnn/).
 
 Ablations (the paper's Table 3): ``use_hypergraph``, ``use_bipartite``, ``interest_attention``,
 ``pearson`` (models/dgrec.py), ``use_public`` (no neighbours' publicized items), and
@@ -21,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from typing import ClassVar
+
+import scipy.sparse as sp
 
 from protocols.base import ProtocolConfig, require
 
@@ -52,7 +52,7 @@ class DGRECConfig(ProtocolConfig):
     neighbourhoods: float = 12.0  # expected seeds per round (most users train every round)
     pairs: int = 64
     loss_reduction: str = "sum"  # eq. 3 sums BPR over the user's pairs ("mean": average)
-    lr: float = 0.5  # the decoded step is ≤ δ per element in expectation (see README note)
+    lr: float = 0.5  # the decoded step is ≤ δ per element in expectation (module docstring)
     clip: float = 0.1  # δ, clip bound
     beta: float = 1.0  # β, one-bit strength (ε per element)
     mechanism: str = "onebit"  # onebit | laplace | float (the shared gradients)
@@ -90,3 +90,17 @@ class DGRECConfig(ProtocolConfig):
 
     def laplace_lambda(self) -> float:
         return self.laplace_scale if self.laplace_scale > 0 else 2 * self.clip / self.beta
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DGRECPublic:
+    """The public values every user receives besides the Config: sizes, the public item
+    catalogue (item → tag incidence, the hyperedges), the probability that a user seeds a
+    neighbourhood in a round, and the Laplace scale λ of ``mechanism = "laplace"``."""
+
+    n_users: int
+    n_items: int
+    n_tags: int
+    item_tags: sp.csr_matrix  # [n_items, n_tags], the public catalogue
+    seed_probability: float  # expected seeds per round / #users (Algorithm 1)
+    laplace_lambda: float

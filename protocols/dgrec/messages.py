@@ -5,15 +5,19 @@
 ``invite``        the hop h of the invitee (``wire.encode_ids``, width 1); ``join``: an empty blob.
 ``share``         one gossip message: record(ids of the gradients' origins, one field per gradient),
                   each gradient bit-packed ±1 signs (``wire.encode_signs``, eq. 5) or, for the
-                  Laplace and float variants, a dense float32 vector.
+                  Laplace and float variants, a dense float32 vector (:func:`encode_gradient`);
+                  a member decodes the mean of those it holds with :func:`decode_held` (eq. 6).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+import torch
 
 from cluster import wire
-from privacy.onebit import decode_onebit_mean
+from privacy.onebit import decode_onebit_mean, encode_onebit
 
 
 def encode_status(loss: float, count: int) -> bytes:
@@ -43,17 +47,38 @@ def decode_share(payload: bytes) -> list[tuple[int, bytes]]:
     return [(int(o), f) for o, f in zip(origins, fields[1:])]
 
 
-def decode_held(held: dict[int, bytes], s: dict) -> np.ndarray:
+def encode_gradient(
+    grad: torch.Tensor,
+    config,
+    laplace_lambda: float,
+    rng: np.random.Generator,
+    torch_generator: Callable[[], torch.Generator],
+) -> bytes:
+    """A member's local gradient as it is shared (``config``: a DGRECConfig): clipped to
+    [−δ, δ] and one-bit encoded, bit-packed (eq. 5, ``mechanism = "onebit"``, draws from
+    ``torch_generator()``); clipped with Laplace(λ) noise from ``rng`` (``"laplace"``); or as is
+    (``"float"``)."""
+    c = config
+    if c.mechanism == "onebit":  # eq. 5
+        return wire.encode_signs(encode_onebit(grad, c.clip, c.beta, torch_generator()))
+    if c.mechanism == "laplace":
+        clipped = grad.clamp(-c.clip, c.clip).numpy().astype(np.float64)
+        noisy = clipped + rng.laplace(0.0, laplace_lambda, size=clipped.shape)
+        return wire.encode_dense(noisy.astype(np.float32))
+    return wire.encode_dense(grad.numpy())
+
+
+def decode_held(held: dict[int, bytes], config) -> np.ndarray:
     """The mean of the encoded gradients a member holds at the end of the gossip (its own and those
     that arrived), float32 [n_s]: eq. 6 for one-bit codes, δ(e^β+1)/(e^β−1) · (1/k)·Σ_j b_j with k =
     ``len(held)``, the number actually held; the plain mean of the k vectors otherwise. Origins are
-    read in increasing order."""
+    read in increasing order. ``config``: a DGRECConfig."""
     if not held:
         raise ValueError("no gradient to decode")
     origins = sorted(held)
-    if s["mechanism"] == "onebit":  # eq. 6
+    if config.mechanism == "onebit":  # eq. 6
         bits = np.stack([wire.decode_signs(held[o]) for o in origins])
-        return decode_onebit_mean(bits, s["clip"], s["beta"])
+        return decode_onebit_mean(bits, config.clip, config.beta)
     return np.mean(
         np.stack([wire.decode_dense(held[o]) for o in origins]).astype(np.float64), axis=0
     ).astype(np.float32)

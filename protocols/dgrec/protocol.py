@@ -15,6 +15,10 @@ Stage 1 — graphs (round 0, before the first training round)
                items its neighbours sent, hyperedges = item tags (A_u, D_v, D_t in models/dgrec.py),
                and computes its initial loss L_u (eq. 3 on a pair sample) for eq. 4.
 
+Stage 2 — the local model (models/dgrec.py, no traffic): hypergraph convolution over the user's
+inner-item hypergraph, interest extraction with the Pearson term L_P (eq. 1), the user embedding,
+ŷ = MLP(e_u ‖ e_i), and the loss L_u (eq. 3: BPR over ``pairs`` pairs + λ_P·L_P + λ_2·‖Θ‖²).
+
 Stage 3 — neighbourhood training (one round = several neighbourhoods in parallel)
 
 ``status``     every user whose loss or sample count changed sends (L_u, cnt_u) to its neighbours
@@ -74,12 +78,10 @@ Table 3) are in protocols/dgrec/config.py; the wire formats in protocols/dgrec/m
 user node that runs each phase in protocols/dgrec/roles.py; the local model in models/dgrec.py
 (built by models/dgrec_factory.py); the pure sampler and gossip schedule, checked against these
 messages by the tests, in protocols/dgrec/sampling.py. ``model = "lightgcn"`` is the DLGNN
-baseline (protocols/dlgnn.py).
+baseline (protocols/dlgnn/).
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import numpy as np
 import scipy.sparse as sp
@@ -90,6 +92,7 @@ from data.graphs import user_graph
 from data.types import RecDataset
 from models.dgrec_factory import n_shared
 from nodes.deployment import Deployment, NodeSpec, mean_report
+from nodes.node import Shared
 from privacy.accountant import (
     PrivacyAccountant,
     laplace_vector_event,
@@ -97,7 +100,7 @@ from privacy.accountant import (
     rdp_of_randomized_response,
 )
 from protocols.base import Protocol
-from protocols.dgrec.config import PAPER_RDP, DGRECConfig
+from protocols.dgrec.config import PAPER_RDP, DGRECConfig, DGRECPublic
 from protocols.dgrec.roles import DGRECUser
 from protocols.dgrec.sampling import worst_case_bits
 
@@ -118,27 +121,26 @@ class DGREC(Protocol):
         active[self.users] = True
         graph = user_graph(dataset, k=config.neighbours, seed=seed)
         self.graph = [np.asarray(g[active[g]], dtype=np.int64) for g in graph]
-        self.item_tags = (
+        item_tags = (
             sp.csr_matrix(dataset.item_tags, dtype=np.float32)
             if has_tags
             else sp.csr_matrix((dataset.n_items, 1), dtype=np.float32)
         )
-        self.n_s = n_shared(self.shared())
+        self.public = DGRECPublic(
+            n_users=dataset.n_users,
+            n_items=dataset.n_items,
+            n_tags=int(item_tags.shape[1]),
+            item_tags=item_tags,
+            seed_probability=min(1.0, config.neighbourhoods / max(1, len(self.users))),
+            laplace_lambda=config.laplace_lambda(),
+        )
+        self.n_s = n_shared(config, self.public)
         self.accountant = PrivacyAccountant(delta=config.privacy_delta)
         self._stage1_done = False
         self.history: list[dict] = []
 
-    def shared(self) -> dict:
-        c = self.config
-        return {
-            "n_users": self.dataset.n_users,
-            "n_items": self.dataset.n_items,
-            "n_tags": int(self.item_tags.shape[1]),
-            "item_tags": self.item_tags,  # the public catalogue
-            "seed_probability": min(1.0, c.neighbourhoods / max(1, len(self.users))),
-            "laplace_lambda": c.laplace_lambda(),
-            **dataclasses.asdict(c),
-        }
+    def shared(self) -> Shared:
+        return Shared(self.config, self.public)
 
     def node_specs(self) -> list[NodeSpec]:
         return [

@@ -32,37 +32,25 @@ from cluster import wire
 from cluster.message import index_of, node_id
 from models.bpr import sample_pairs
 from models.dgrec import build_user_hypergraph
-from models.dgrec_batched import (
-    HypergraphBatch,
-    encode_batch,
-    loss_batch,
-    score_batch,
-    stacked_parameters,
-)
-from models.dgrec_factory import load_vector, public_model, split_parameters
+from models.dgrec_batched import HypergraphBatch, all_item_scores, per_user_gradients
+from models.dgrec_factory import grad_vector, load_vector, public_model, split_parameters
 from models.metrics import ranking_metrics, topk_excluding
 from nodes.node import Node, NodeContext, expect_kinds, node_seed
-from privacy.onebit import encode_onebit
 from protocols.dgrec.messages import (
     decode_held,
     decode_share,
     decode_status,
+    encode_gradient,
     encode_share,
     encode_status,
 )
 from protocols.dgrec.sampling import neighbour_probabilities
 
 
-def _grad_vector(params: list) -> torch.Tensor:
-    return parameters_to_vector(
-        [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    ).detach()
-
-
 def _hypergraphs(users: list[DGRECUser]) -> HypergraphBatch:
-    s = users[0].shared
+    public = users[0].public
     return HypergraphBatch.collate(
-        [(u.node_item_ids, u.incidence) for u in users], s["n_tags"], s["n_items"]
+        [(u.node_item_ids, u.incidence) for u in users], public.n_tags, public.n_items
     )
 
 
@@ -72,18 +60,19 @@ class DGRECUser(Node):
 
     def __init__(self, nid: str, ctx: NodeContext, train_items, test_items, neighbours):
         super().__init__(nid, ctx)
-        s = ctx.shared
         self.index = index_of(nid)
         self.train_items = np.asarray(train_items, dtype=np.int64)
         self.test_items = np.asarray(test_items, dtype=np.int64)
         self.neighbours = np.asarray(neighbours, dtype=np.int64)  # sorted global ids
-        self.model = public_model(node_seed(ctx.seed, "dgrec-public-init"), s)
+        self.model = public_model(
+            node_seed(ctx.seed, "dgrec-public-init"), self.config, self.public
+        )
         self.shared_params, self.private_params = split_parameters(self.model)
         if self.private_params:  # DLGNN's user embedding: drawn by the user itself
             gen = self.torch_generator()
             with torch.no_grad():
                 for p in self.private_params:
-                    p.copy_(torch.randn(p.shape, generator=gen) * s["init_std"])
+                    p.copy_(torch.randn(p.shape, generator=gen) * self.config.init_std)
         self.private_grad: torch.Tensor | None = None
         self.public_items = np.zeros(0, dtype=np.int64)
         self.neighbour_public: dict[int, np.ndarray] = {}
@@ -131,9 +120,7 @@ class DGRECUser(Node):
         """DGREC's training and evaluation: all this host's users in one pass of
         models/dgrec_batched.py (each with its own parameters and its own random draws, so each
         gets what it would get alone); ``batch_users = False`` or DLGNN: one by one."""
-        batched = (
-            bool(nodes) and nodes[0].shared["model"] == "dgrec" and nodes[0].shared["batch_users"]
-        )
+        batched = bool(nodes) and nodes[0].config.model == "dgrec" and nodes[0].config.batch_users
         if batched and phase == "train":
             cls._train_batch(nodes, inboxes)
         elif batched and phase == "eval":
@@ -144,35 +131,33 @@ class DGRECUser(Node):
     # --- stage 1 -------------------------------------------------------------------------------
     def _publicize(self, inbox) -> None:
         expect_kinds(inbox, node=self.id)
-        s = self.shared
-        n_pub = int(round(s["public_ratio"] * len(self.train_items)))
+        c = self.config
+        n_pub = int(round(c.public_ratio * len(self.train_items)))
         self.public_items = np.sort(self.rng.choice(self.train_items, size=n_pub, replace=False))
-        if s["use_public"] and s["model"] == "dgrec" and n_pub:  # DLGNN does not use them
+        if c.use_public and c.model == "dgrec" and n_pub:  # DLGNN does not use them
             payload = wire.encode_ids(self.public_items)
             for v in self.neighbours:
                 self.send("public_items", node_id("user", int(v)), payload)
 
     def _setup(self, inbox) -> None:
         expect_kinds(inbox, "public_items", node=self.id)
-        s = self.shared
         for m in inbox:
             src = index_of(m.src)
             if src not in set(self.neighbours.tolist()):
                 raise ValueError(f"{self.id}: public items from {m.src}, not a neighbour")
             ids = wire.decode_ids(m.payload)
-            if ids.size and ids.max() >= s["n_items"]:
+            if ids.size and ids.max() >= self.public.n_items:
                 raise ValueError(f"{self.id}: item id {ids.max()} from {m.src} out of range")
             self.neighbour_public[src] = ids
         self._build_graph()
 
     def _build_graph(self) -> None:
         """The local graph from the user's items and the publicized items it holds, and L_u."""
-        s = self.shared
-        if s["model"] == "lightgcn":  # DLGNN: the ego graph u – I_u
+        if self.config.model == "lightgcn":  # DLGNN: the ego graph u – I_u
             self.node_item_ids, self.incidence = self.train_items, None
         else:
             self.node_item_ids, self.incidence = build_user_hypergraph(
-                self.train_items, list(self.neighbour_public.values()), s["item_tags"]
+                self.train_items, list(self.neighbour_public.values()), self.public.item_tags
             )
         with torch.no_grad():
             loss, _ = self._loss()
@@ -186,10 +171,10 @@ class DGRECUser(Node):
             self._build_graph()
 
     def _loss(self):
-        s = self.shared
-        pos, neg = sample_pairs(self.rng, s["n_items"], self.train_items, s["pairs"])
+        c = self.config
+        pos, neg = sample_pairs(self.rng, self.public.n_items, self.train_items, c.pairs)
         return self.model.loss(
-            pos, neg, self.node_item_ids, self.incidence, reduction=s["loss_reduction"]
+            pos, neg, self.node_item_ids, self.incidence, reduction=c.loss_reduction
         )
 
     # --- stage 3: sampling (Algorithm 1) --------------------------------------------------------
@@ -212,7 +197,7 @@ class DGRECUser(Node):
         for m in inbox:
             self.neighbour_status[index_of(m.src)] = decode_status(m.payload)
         self._reset_round()
-        if self.rng.random() < self.shared["seed_probability"]:
+        if self.rng.random() < self.public.seed_probability:
             self._join(hop=0, parent=None)
 
     def _join(self, hop: int, parent: int | None) -> None:
@@ -220,7 +205,7 @@ class DGRECUser(Node):
         self.count += 1
         if parent is not None:
             self.send("join", node_id("user", parent), wire.encode_blob(b""))
-        if hop < self.shared["hops"]:
+        if hop < self.config.hops:
             self._invite(hop + 1)
 
     def _invite(self, hop: int) -> None:
@@ -240,7 +225,7 @@ class DGRECUser(Node):
         p = neighbour_probabilities(
             np.array([st[0] for st in status]), np.array([st[1] for st in status])
         )
-        k = min(self.shared["n_u"], int(np.count_nonzero(p)))
+        k = min(self.config.n_u, int(np.count_nonzero(p)))
         picked = self.rng.choice(candidates, size=k, replace=False, p=p)
         payload = wire.encode_ids([hop], width=1)
         for v in sorted(int(x) for x in picked):
@@ -260,7 +245,7 @@ class DGRECUser(Node):
         invites = [m for m in inbox if m.kind == "invite"]  # sorted by sender
         if invites and not self.in_tree:
             hop = wire.decode_ids(invites[0].payload)
-            if hop.shape != (1,) or not 1 <= hop[0] <= self.shared["hops"]:
+            if hop.shape != (1,) or not 1 <= hop[0] <= self.config.hops:
                 raise wire.WireError(f"invite from {invites[0].src}: bad hop {hop}")
             self._join(int(hop[0]), index_of(invites[0].src))
 
@@ -274,14 +259,16 @@ class DGRECUser(Node):
         loss, parts = self._loss()
         loss.backward()
         if self.private_params:
-            self.private_grad = _grad_vector(self.private_params)
-        self._share(_grad_vector(self.shared_params), parts["total"])
+            self.private_grad = grad_vector(self.private_params)
+        self._share(grad_vector(self.shared_params), parts["total"])
         self.model.zero_grad(set_to_none=True)  # kept as vectors: the model holds no copy
 
     def _share(self, grad: torch.Tensor, loss: float) -> None:
         """Gossip step 1: encode the local gradient (eq. 5) and send it to the tree neighbours."""
         self.children.sort()
-        encoded = self._encode(grad)
+        encoded = encode_gradient(
+            grad, self.config, self.public.laplace_lambda, self.rng, self.torch_generator
+        )
         self.held = {self.index: encoded}
         self.loss_value = loss
         self.status_dirty = True
@@ -292,18 +279,6 @@ class DGRECUser(Node):
         payload = encode_share([self.index], [encoded])
         for v in self.tree_neighbours:
             self.send("share", node_id("user", v), payload)
-
-    def _encode(self, grad: torch.Tensor) -> bytes:
-        s = self.shared
-        if s["mechanism"] == "onebit":  # eq. 5
-            return wire.encode_signs(
-                encode_onebit(grad, s["clip"], s["beta"], self.torch_generator())
-            )
-        if s["mechanism"] == "laplace":
-            clipped = grad.clamp(-s["clip"], s["clip"]).numpy().astype(np.float64)
-            noisy = clipped + self.rng.laplace(0.0, s["laplace_lambda"], size=clipped.shape)
-            return wire.encode_dense(noisy.astype(np.float32))
-        return wire.encode_dense(grad.numpy())
 
     def _receive_shares(self, inbox) -> dict[int, set[int]]:
         """Store first-seen gradients; returns origin → senders for the ones new at this step."""
@@ -337,14 +312,14 @@ class DGRECUser(Node):
         self._receive_shares(inbox)
         if not self.in_tree:
             return
-        s = self.shared
+        lr = self.config.lr
         origins = sorted(self.held)
-        mean = decode_held(self.held, s)  # over the gradients that arrived (module docstring)
+        mean = decode_held(self.held, self.config)  # eq. 6 over the gradients that arrived
         with torch.no_grad():
             theta = parameters_to_vector(self.shared_params)
-            load_vector(theta - s["lr"] * torch.from_numpy(mean), self.shared_params)
+            load_vector(theta - lr * torch.from_numpy(mean), self.shared_params)
             if self.private_params:  # DLGNN: the private user embedding, from its own gradient
-                own = parameters_to_vector(self.private_params) - s["lr"] * self.private_grad
+                own = parameters_to_vector(self.private_params) - lr * self.private_grad
                 load_vector(own, self.private_params)
         self.report("held", float(len(origins)))
         self.last_round = {
@@ -363,10 +338,10 @@ class DGRECUser(Node):
         if not len(self.test_items):
             return
         self._ensure_graph()
-        k = self.shared["eval_k"]
+        k = self.config.eval_k
         with torch.no_grad():
             e_u = self.model(self.node_item_ids, self.incidence)
-            scores = self.model.score(e_u, np.arange(self.shared["n_items"]))[None]
+            scores = self.model.score(e_u, np.arange(self.public.n_items))[None]
         top = topk_excluding(scores, [self.train_items], k)
         for name, values in ranking_metrics(top, [self.test_items], ks=(k,)).items():
             self.report(name, float(values[0]))
@@ -379,23 +354,17 @@ class DGRECUser(Node):
         members = [n for n in nodes if n.in_tree]
         if not members:
             return
-        s = members[0].shared
-        pairs = [sample_pairs(n.rng, s["n_items"], n.train_items, s["pairs"]) for n in members]
-        model = members[0].model
-        params = stacked_parameters([n.model for n in members])
-        total, parts = loss_batch(
-            model,
-            params,
+        c, n_items = members[0].config, members[0].public.n_items
+        pairs = [sample_pairs(n.rng, n_items, n.train_items, c.pairs) for n in members]
+        grads, losses = per_user_gradients(
+            [n.model for n in members],
             _hypergraphs(members),
-            torch.as_tensor(np.stack([p for p, _ in pairs])),
-            torch.as_tensor(np.stack([q for _, q in pairs])),
-            reduction=s["loss_reduction"],
+            np.stack([p for p, _ in pairs]),
+            np.stack([q for _, q in pairs]),
+            reduction=c.loss_reduction,
         )
-        total.sum().backward()  # user b's loss touches only slice b: slice b of each grad is g_b
-        names = [name for name, _ in model.named_parameters()]
-        for b, n in enumerate(members):
-            grad = torch.cat([params[name].grad[b].reshape(-1) for name in names])
-            n._share(grad, float(parts["total"][b]))
+        for n, grad, loss in zip(members, grads, losses.tolist(), strict=True):
+            n._share(grad, loss)
 
     @staticmethod
     def _evaluate_batch(nodes: list[DGRECUser], inboxes, chunk: int = 128) -> None:
@@ -406,15 +375,10 @@ class DGRECUser(Node):
             return
         for n in judged:
             n._ensure_graph()
-        s, model = judged[0].shared, judged[0].model
-        k = s["eval_k"]
+        k, n_items = judged[0].config.eval_k, judged[0].public.n_items
         for start in range(0, len(judged), chunk):
             part = judged[start : start + chunk]
-            with torch.no_grad():
-                params = stacked_parameters([n.model for n in part])
-                e_u = encode_batch(model, params, _hypergraphs(part)).e_u
-                items = torch.arange(s["n_items"]).expand(len(part), -1)
-                scores = score_batch(model, params, e_u, items)
+            scores = all_item_scores([n.model for n in part], _hypergraphs(part), n_items)
             top = topk_excluding(scores, [n.train_items for n in part], k)
             metrics = ranking_metrics(top, [n.test_items for n in part], ks=(k,))
             for b, n in enumerate(part):

@@ -39,6 +39,8 @@ class DIPSGNNConfig(ProtocolConfig):
     batch_size: int = 100
     lr: float = 1e-3
     l2: float = 1e-5  # Adam weight decay
+    # σ is calibrated with dp-accounting's PLD ("pld") or RDP ("rdp") accountant; the spent ε is
+    # the one accountant's (privacy/accountant.py): exact for Gaussians, or RDP's with "rdp"
     accountant: str = "pld"
     # "aggregate": DIPSGNN's noise on A·H̄ (eq. 7); "edgerand": the EdgeRand baseline, Gaussian
     # noise on every entry of each training prefix's adjacency, once, at the same (ε2, δ)
@@ -74,3 +76,18 @@ class DIPSGNNConfig(ProtocolConfig):
         )
         require(self.dpsgd_batch_users >= 1, "dpsgd_batch_users", "must be >= 1")
         require(self.dpsgd_clip > 0, "dpsgd_clip", "must be > 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class DIPSGNNPublic:
+    """The public values every node receives besides the Config: the catalogue size, the public
+    layout of the feature vector (data/features.py: the chosen features' kinds, categories and
+    numeric domains), and the noise calibrated before the run for (ε2, δ)."""
+
+    n_items: int
+    n_feature_slots: int  # length of the encoded feature vector (0: no user part)
+    feature_kinds: dict[str, str]  # name -> "numeric" | "categorical"
+    feature_cardinality: dict[str, int]  # categorical name -> number of categories
+    public_ranges: dict[str, tuple[float, float]]  # numeric name -> (min, max), public domain
+    sigma: float  # σ of eq. 7 (EdgeRand: σ_A of the adjacency noise); 0: none
+    dpsgd_noise_multiplier: float  # z of DP-SGD (mechanism "dpsgd"); 0 otherwise

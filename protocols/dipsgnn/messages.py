@@ -46,9 +46,14 @@ def encode_topk(top: np.ndarray) -> bytes:
     return wire.encode_ids(top.reshape(-1))
 
 
-def decode_topk(payload: bytes, n_targets: int, node: str) -> np.ndarray:
-    """[n_targets, K] top-K lists, one row per held-out target."""
+def decode_topk(payload: bytes, n_targets: int, n_items: int, node: str) -> np.ndarray:
+    """[n_targets, K] top-K lists, one row per held-out target, of distinct item ids."""
     flat = wire.decode_ids(payload)
     if flat.size % max(n_targets, 1) or flat.size == 0:
         raise wire.WireError(f"{node}: top-K list of {flat.size} ids for {n_targets}")
-    return flat.reshape(n_targets, -1)
+    if flat.max() >= n_items:
+        raise wire.WireError(f"{node}: top-K item id out of range")
+    top = flat.reshape(n_targets, -1)
+    if any(len(np.unique(row)) != len(row) for row in top):
+        raise wire.WireError(f"{node}: a top-K list repeats an item")
+    return top

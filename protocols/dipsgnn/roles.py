@@ -17,18 +17,32 @@ eval          users     Recall@K and MRR@K against the held-out targets
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
 from cluster.message import index_of
 from data.sequences import PrefixExamples, train_length, training_prefixes
 from models.dipsgnn import DIPSGNN
+from models.metrics import next_item_metrics, topk_scores
 from nodes.node import Node, NodeContext, expect_kinds
 from privacy.feature_perturbation import encode_user_features, perturb_user_features
 from protocols.dipsgnn import messages
 from protocols.dipsgnn.config import KS, SERVER
 from protocols.dipsgnn.dpsgd import train_epoch_dpsgd
 from protocols.dipsgnn.training import rank_prefixes, train_epoch
+
+
+@dataclasses.dataclass(frozen=True)
+class Holdings:
+    """Whose data the curator holds (bool per user row), the epochs it trained while holding
+    each user's (int per row), and the epochs it trained in all."""
+
+    held: np.ndarray
+    epochs_by_row: np.ndarray
+    epochs_done: int
+
 
 # --------------------------------------------------------------------------- the user's device
 
@@ -38,31 +52,30 @@ class DIPSGNNUser(Node):
 
     def __init__(self, nid: str, ctx: NodeContext, sequence: np.ndarray, features: dict):
         super().__init__(nid, ctx)
-        s = ctx.shared
         self.sequence = np.asarray(sequence, dtype=np.int64)  # chronological, private
         self.features = dict(features)  # private: name -> value
-        self.n_train = max(train_length(len(self.sequence), s["train_fraction"]), 1)
+        self.n_train = max(train_length(len(self.sequence), self.config.train_fraction), 1)
         self.perturbed: np.ndarray | None = None  # Algorithm 3's output, drawn once
 
     def clean_features(self) -> np.ndarray:
-        s = self.shared
+        p = self.public
         return encode_user_features(
-            self.features, s["feature_kinds"], s["feature_cardinality"], s["public_ranges"]
+            self.features, p.feature_kinds, p.feature_cardinality, p.public_ranges
         )
 
     def handle(self, phase: str, inbox) -> None:
-        s = self.shared
+        c, p = self.config, self.public
         if phase == "upload":
             expect_kinds(inbox, node=self.id)
-            if s["use_features"]:
-                if s["private_features"]:  # Algorithm 3, on the device, once: a retry resends
+            if c.use_features:
+                if c.private_features:  # Algorithm 3, on the device, once: a retry resends
                     if self.perturbed is None:  # the same vector and releases nothing new
                         self.perturbed = perturb_user_features(
                             self.features,
-                            s["feature_kinds"],
-                            s["feature_cardinality"],
-                            s["public_ranges"],
-                            s["eps1"],
+                            p.feature_kinds,
+                            p.feature_cardinality,
+                            p.public_ranges,
+                            c.eps1,
                             self.rng,
                         )
                     x = self.perturbed
@@ -81,13 +94,11 @@ class DIPSGNNUser(Node):
             expect_kinds(inbox, "topk", node=self.id)
             (msg,) = inbox
             targets = self.sequence[self.n_train :]
-            top = messages.decode_topk(msg.payload, len(targets), self.id)
-            hit = top == targets[:, None]
-            rank = np.where(hit.any(axis=1), hit.argmax(axis=1), top.shape[1])  # 0-based
-            for k in KS:
-                for r in rank:
-                    self.report(f"recall@{k}", float(r < k))
-                    self.report(f"mrr@{k}", 1.0 / (r + 1.0) if r < k else 0.0)
+            top = messages.decode_topk(msg.payload, len(targets), p.n_items, self.id)
+            scores = topk_scores(top, p.n_items)
+            for name, values in next_item_metrics(scores, torch.tensor(targets), KS).items():
+                for v in values:
+                    self.report(name, float(v))
         else:
             super().handle(phase, inbox)
 
@@ -100,26 +111,26 @@ class DIPSGNNServer(Node):
 
     def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray):
         super().__init__(nid, ctx)
-        s = ctx.shared
+        c = self.config
         self.users = np.asarray(users, dtype=np.int64)
         self.row_of = {int(u): r for r, u in enumerate(self.users)}
-        self.sigma = float(s["sigma"])
-        self.edgerand = s["mechanism"] == "edgerand"
-        self.dpsgd = s["mechanism"] == "dpsgd"
+        self.sigma = float(self.public.sigma)
+        self.edgerand = c.mechanism == "edgerand"
+        self.dpsgd = c.mechanism == "dpsgd"
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(self.rng.integers(0, 2**63 - 1)))
             self.model = DIPSGNN(
-                s["n_items"],
-                s["n_feature_slots"],
-                use_features=s["use_features"],
-                hidden_dim=s["hidden_dim"],
-                user_dim=s["user_dim"],
-                steps=s["steps"],
-                clip_norm=s["clip_norm"],
+                self.public.n_items,
+                self.public.n_feature_slots,
+                use_features=c.use_features,
+                hidden_dim=c.hidden_dim,
+                user_dim=c.user_dim,
+                steps=c.steps,
+                clip_norm=c.clip_norm,
                 sigma=0.0 if self.edgerand else self.sigma,
-                graph_messages=s["graph_messages"],
+                graph_messages=c.graph_messages,
             ).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=s["lr"], weight_decay=s["l2"])
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.lr, weight_decay=c.l2)
         self.noise = torch.Generator(device=self.device).manual_seed(
             int(self.rng.integers(0, 2**63 - 1))
         )
@@ -134,11 +145,11 @@ class DIPSGNNServer(Node):
     def _receive_uploads(self, inbox) -> None:
         """Store the uploads of users not held yet and append their training prefixes (a
         second upload of a held user is ignored: its examples keep their ids)."""
-        s = self.shared
+        p = self.public
         n = len(self.users)
         if self.train_seqs is None:
             self.train_seqs = [np.zeros(0, dtype=np.int64)] * n
-            self.feats = np.zeros((n, max(s["n_feature_slots"], 1)), dtype=np.float32)
+            self.feats = np.zeros((n, max(p.n_feature_slots, 1)), dtype=np.float32)
         new = [np.zeros(0, dtype=np.int64)] * n
         arrived = np.zeros(n, dtype=bool)
         for m in inbox:
@@ -146,10 +157,10 @@ class DIPSGNNServer(Node):
             if self.held[row]:
                 continue
             if m.kind == "sequence":
-                new[row] = messages.decode_sequence(m.payload, s["n_items"], m.src)
+                new[row] = messages.decode_sequence(m.payload, p.n_items, m.src)
                 arrived[row] = True
             else:
-                self.feats[row] = messages.decode_features(m.payload, s["n_feature_slots"], m.src)
+                self.feats[row] = messages.decode_features(m.payload, p.n_feature_slots, m.src)
         for row in np.flatnonzero(arrived):
             self.train_seqs[row] = new[row]
         self.held |= arrived
@@ -163,10 +174,11 @@ class DIPSGNNServer(Node):
                 prefixes=self.examples.prefixes + examples.prefixes,
                 target=np.concatenate([self.examples.target, examples.target]),
             )
-        self.features = torch.from_numpy(self.feats).to(self.device) if s["use_features"] else None
+        use = self.config.use_features
+        self.features = torch.from_numpy(self.feats).to(self.device) if use else None
 
     def handle(self, phase: str, inbox) -> None:
-        s = self.shared
+        c = self.config
         if phase == "train":
             expect_kinds(inbox, "features", "sequence", node=self.id)
             if inbox:
@@ -174,9 +186,9 @@ class DIPSGNNServer(Node):
             if self.held.sum() < max(1, self.min_participants):  # run condition: too few users
                 self.report("skipped", 1.0)
                 return
-            if self.epochs_done >= s["epochs"]:
+            if self.epochs_done >= c.epochs:
                 raise RuntimeError(
-                    f"epochs: σ was calibrated for {s['epochs']} epochs; a further epoch would "
+                    f"epochs: σ was calibrated for {c.epochs} epochs; a further epoch would "
                     "spend more than eps2 (raise `epochs` to train longer)"
                 )
             if self.dpsgd:
@@ -186,10 +198,10 @@ class DIPSGNNServer(Node):
                     self.examples,
                     self.features,
                     self.train_seqs,
-                    batch_users=s["dpsgd_batch_users"],
-                    clip_norm=s["dpsgd_clip"],
-                    noise_multiplier=s["dpsgd_noise_multiplier"],
-                    max_weight=s["max_edge_weight"],
+                    batch_users=c.dpsgd_batch_users,
+                    clip_norm=c.dpsgd_clip,
+                    noise_multiplier=self.public.dpsgd_noise_multiplier,
+                    max_weight=c.max_edge_weight,
                     sample_rng=self.rng,
                     noise=self.noise,
                 )
@@ -215,14 +227,14 @@ class DIPSGNNServer(Node):
                 owners.append((m.src, len(full) + 1 - start))
             if not prefixes:
                 return
-            k = max(max(KS), s["eval_k"])
+            k = max(max(KS), c.eval_k)
             top = rank_prefixes(
                 self.model,
                 prefixes,
                 np.asarray(rows, dtype=np.int64),
                 self.features,
                 k=k,
-                max_weight=s["max_edge_weight"],
+                max_weight=c.max_edge_weight,
             )
             pos = 0
             for src, n in owners:
@@ -233,26 +245,22 @@ class DIPSGNNServer(Node):
 
     def _train_epoch(self) -> float:
         """One epoch of Algorithm 4 (noisy aggregation) or of EdgeRand."""
-        s = self.shared
+        c = self.config
         return train_epoch(
             self.model,
             self.optimizer,
             self.examples,
             self.features,
-            batch_size=s["batch_size"],
-            max_weight=s["max_edge_weight"],
+            batch_size=c.batch_size,
+            max_weight=c.max_edge_weight,
             order_rng=self.rng,
             noise=self.noise,
             edgerand=(self.sigma, self.edgerand_seed) if self.edgerand else None,
         )
 
-    def get_accounting(self) -> dict:
-        """What the curator's accountant needs: whose data it holds and for how many epochs."""
-        return {
-            "held": self.held.copy(),
-            "epochs_by_row": self.epochs_by_row.copy(),
-            "epochs_done": self.epochs_done,
-        }
+    def get_accounting(self) -> Holdings:
+        """What the driver's accountant needs: whose data the curator holds, for how many epochs."""
+        return Holdings(self.held.copy(), self.epochs_by_row.copy(), self.epochs_done)
 
     # inspection (tests)
     def get_state(self) -> dict:

@@ -19,19 +19,12 @@ sampled, and each member averages the gradients that reached it.
 
 from __future__ import annotations
 
-import dataclasses
-
-from protocols.dgrec.config import DGRECConfig
 from protocols.dgrec.protocol import DGREC
-
-
-@dataclasses.dataclass
-class DLGNNConfig(DGRECConfig):
-    model: str = "lightgcn"
-    mechanism: str = "float"
-    use_public: bool = False
+from protocols.dlgnn.config import DLGNNConfig
 
 
 class DLGNN(DGREC):
+    """DGREC's driver, roles and messages (protocols/dgrec/) with DLGNN's defaults."""
+
     name = "dlgnn"
     Config = DLGNNConfig
