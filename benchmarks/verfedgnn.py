@@ -30,9 +30,9 @@ from benchmarks.common import write_result
 from data.registry import load_dataset
 from models.rating_gnn import build_rating_gnn, global_mean_rmse, train_central
 from protocols.base import build_config
+from protocols.verfedgnn.config import n_participants, projection_rows
 from protocols.verfedgnn.messages import iteration_bytes, paper_iteration_floats
 from protocols.verfedgnn.protocol import VerFedGNN, split_60_20_20
-from protocols.verfedgnn.roles import n_participants, projection_rows
 
 VARIANTS = {
     "default": {},
@@ -90,7 +90,7 @@ def federated(ds, params: dict, rounds: int, every: int, seed: int) -> dict:
         s = n_participants(c.parties, c.participation)
         last = rounds - 1
         by_kind = dep.ledger.by_kind(round_=last)
-        rows = proto.shared()["projection_dim"] or ds.n_users // c.projection_reduction
+        rows = proto.config.projection_dim or ds.n_users // c.projection_reduction
         rows = rows if c.projection else ds.n_users
         grad_bytes = by_kind.get("gradient", 0)
         formula = iteration_bytes(
@@ -224,7 +224,7 @@ def scale_run(ds, q: int, args) -> dict:
                 ph[k] += st[k] / args.scale_rounds
         by_kind = dep.ledger.by_kind(round_=args.scale_rounds - 1)
         rss = [_peak_rss_mb(h["pid"]) for h in dep.host_info()]
-        rows = projection_rows(proto.shared(), proto.n_users)
+        rows = projection_rows(proto.config, proto.n_users)
     finally:
         dep.close()
     steady = iters[1:] or iters

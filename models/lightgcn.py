@@ -30,6 +30,7 @@ Two uses:
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -43,6 +44,13 @@ def xavier_embeddings(n: int, dim: int, generator: torch.Generator | None = None
     """[n, dim] float32 Xavier-uniform: U(−a, a), a = √(6/(n + dim)) (as torch's xavier_uniform_)."""
     bound = (6.0 / (n + dim)) ** 0.5
     return (torch.rand((n, dim), generator=generator) * 2.0 - 1.0) * bound
+
+
+def xavier_rows(rng: np.random.Generator, n: int, fan: int, dim: int) -> np.ndarray:
+    """n rows of a Xavier-uniform table of ``fan`` rows, drawn from a numpy generator:
+    U(−a, a), a = √(6/(fan + d)) (float32)."""
+    bound = math.sqrt(6.0 / (fan + dim))
+    return rng.uniform(-bound, bound, size=(n, dim)).astype(np.float32)
 
 
 def edge_weights(src: torch.Tensor, dst: torch.Tensor, n_nodes: int) -> torch.Tensor:

@@ -137,6 +137,27 @@ def choose_pseudo_items(
     return torch.tensor(picked, dtype=torch.int64)
 
 
+def perturbed_upload(
+    n_items: int,
+    ids: np.ndarray,
+    grads: torch.Tensor,
+    m: int,
+    clip: float,
+    lam: float,
+    generator: torch.Generator,
+) -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
+    """One user's item-gradient upload, in the intended order: M pseudo items among the items
+    not in ``ids`` with gradients fitted to the real rows ``grads``, then clip(·, −δ, δ) +
+    Laplace(0, λ) on real and pseudo rows together, rows sorted by item id (position says
+    nothing). Returns (item ids, perturbed rows, the pseudo items sorted)."""
+    pseudo_ids = choose_pseudo_items(n_items, ids, m, generator).numpy()
+    pseudo = pseudo_item_gradients(grads, m, generator)
+    all_ids = np.concatenate([ids, pseudo_ids])
+    noisy = clip_and_laplace(torch.cat([grads, pseudo]), clip, lam, generator)
+    order = np.argsort(all_ids, kind="stable")
+    return all_ids[order], noisy[order], np.sort(pseudo_ids)
+
+
 def laplace_epsilon_per_coordinate(clip: float, lam: float) -> float:
     """ε = 2δ/λ for one clipped coordinate (FedPerGNN's convention); inf when λ = 0."""
     clip, lam = _check_clip_and_scale(clip, lam)

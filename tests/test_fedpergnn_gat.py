@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from cluster import wire
-from cluster.message import Message
+from cluster.message import Message, index_of
 from data.synthetic import synthetic
 from engine import deploy
 from models.fedpergnn_gat import (
@@ -227,7 +227,7 @@ def test_tapped_gat_run_bytes_and_privacy(ray_local):
     # bytes of round 1 (no OPRF, no expansion: epoch = ceil(10/4) = 3 rounds)
     n_w = gat_steps.gat_weight_count(DIM, LAYERS)
     by_kind = ledger.by_kind(round_=1)
-    sampled = [int(m.dst.split("/")[1]) for m in tapped if m.round == 1 and m.kind == "gat_weights"]
+    sampled = [index_of(m.dst) for m in tapped if m.round == 1 and m.kind == "gat_weights"]
     assert len(sampled) == 4
     assert by_kind["item_embeddings"] == 4 * wire.dense_size((ds.n_items, DIM))
     assert by_kind["gat_weights"] == 4 * wire.dense_size((n_w,))
@@ -237,12 +237,12 @@ def test_tapped_gat_run_bytes_and_privacy(ray_local):
     # who signed what: user u went to replica u mod 2
     for m in tapped:
         if m.kind == "oprf_blinded":
-            assert int(m.dst.split("/")[1]) == int(m.src.split("/")[1]) % 2
+            assert index_of(m.dst) == index_of(m.src) % 2
     # no rating, rating vector or raw item id in any payload of the user
     for m in tapped:
         if not m.src.startswith("user/"):
             continue
-        u = int(m.src.split("/")[1])
+        u = index_of(m.src)
         items = p.train_items[u]
         ratings = p.train_ratings[u]
         if len(ratings) >= 2:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from cluster import wire
-from cluster.message import Message
+from cluster.message import Message, index_of
 from data.synthetic import synthetic
 from engine import deploy
 from models.baselines import popularity_metrics
@@ -108,8 +108,7 @@ def test_registry_and_config_errors():
 
 def _users(ds, cfg, seed, ids):
     train = ds.train.items_by_user(ds.n_users)
-    shared = {"n_users": ds.n_users, "n_items": ds.n_items, **cfg.__dict__}
-    ctx = NodeContext(seed, torch.device("cpu"), shared)
+    ctx = NodeContext(seed, torch.device("cpu"), FedPerGNN(ds, cfg, seed).shared())
     rng = np.random.default_rng(11)
     nodes = []
     for u in ids:
@@ -209,7 +208,7 @@ def test_round_bytes_equal_formula(shared_run):
             by_kind[r["kind"]] = by_kind.get(r["kind"], 0) + r["bytes"]
     # round 1: E down to |Ū| users, one upload each
     sampled = sorted(
-        int(m.dst.split("/")[1]) for m in tapped if m.round == 1 and m.kind == "item_embeddings"
+        index_of(m.dst) for m in tapped if m.round == 1 and m.kind == "item_embeddings"
     )
     assert len(sampled) == 4
     download = 1 + 1 + 1 + 4 * 2 + 4 * N_ITEMS * DIM  # dense: tag, dtype, ndim, 2 dims, fp32
@@ -237,7 +236,7 @@ def test_round_bytes_equal_formula(shared_run):
             if m.kind == kind:
                 values = wire.decode_bigints(m.payload)
                 total += 5 + sum(2 + (v.bit_length() + 7) // 8 for v in values)
-                u = int((m.src if kind == "oprf_blinded" else m.dst).split("/")[1])
+                u = index_of(m.src if kind == "oprf_blinded" else m.dst)
                 assert len(values) == len(train[u])
         assert r0[kind] == total
     assert r0["expand_request"] == sum(
@@ -288,7 +287,7 @@ def test_placement_invariance(ray_local):
 def test_no_raw_item_id_in_any_message(shared_run):
     protocol, tapped = shared_run["protocol"], shared_run["tapped"]
     train = protocol.train_items
-    kinds = {(m.src.split("/")[0], m.dst.split("/")[0], m.kind) for m in tapped}
+    kinds = {(m.src_role, m.dst_role, m.kind) for m in tapped}
     assert kinds == {
         ("key_server", "user", "oprf_public_key"),
         ("user", "key_server", "oprf_blinded"),
@@ -328,7 +327,7 @@ def test_no_raw_item_id_in_any_message(shared_run):
     for m in tapped:
         if m.kind != "item_grads":
             continue
-        u = int(m.src.split("/")[1])
+        u = index_of(m.src)
         ids, grads = msg.decode_item_grads(m.payload)
         assert np.all(np.diff(ids) > 0)
         n_neg = min(6, N_ITEMS - len(train[u]) - 3)
@@ -341,7 +340,7 @@ def test_no_raw_item_id_in_any_message(shared_run):
     for m in tapped:
         if m.kind == "item_grads":
             continue  # the ids there are mixed with negatives and pseudo items (checked above)
-        holders = [int(m.src.split("/")[1])] if m.src.startswith("user/") else protocol.users
+        holders = [index_of(m.src)] if m.src.startswith("user/") else protocol.users
         for u in holders:
             items = train[u]
             if len(items) < 3:

@@ -185,3 +185,22 @@ def test_keys_and_public_numbers_pickle_for_checkpoints():
         assert oprf.unblind_and_finalize([5, 9], signed, unblinders, public) == oprf.oprf_tokens(
             [5, 9], key, 8
         )
+
+
+def test_seeded_key_server_and_client_give_the_prf_value():
+    """privacy/key_server.py: the seeded key is a function of the generator's stream, and the
+    signer/client pair computes the same tokens as the one-call OPRF."""
+    from privacy.key_server import BlindSigner, OprfClient, seeded_rsa_key
+
+    a = seeded_rsa_key(np.random.default_rng(5), 1024)
+    b = seeded_rsa_key(np.random.default_rng(5), 1024)
+    assert a.private_numbers() == b.private_numbers() and a.key_size == 1024
+    signer = BlindSigner(a)
+    client = OprfClient(oprf.BlindingRng.from_seed(0, "client"))
+    client.receive_key(*signer.public_numbers())
+    ids = [3, 1, 4]
+    tokens = client.finalize(ids, signer.sign(client.blind(ids)))
+    assert tokens == oprf.oprf_tokens(ids, a, oprf.BlindingRng.from_seed(0, "other"))
+    assert signer.signed == len(ids)
+    with pytest.raises(ValueError, match="1024 bits"):
+        seeded_rsa_key(np.random.default_rng(0), 512)

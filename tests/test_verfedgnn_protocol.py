@@ -13,9 +13,10 @@ from cluster import wire
 from data.synthetic import synthetic
 from engine import deploy
 from protocols.base import ConfigError, build_config
+from protocols.verfedgnn.aggregation import exchange_schedule
+from protocols.verfedgnn.config import n_participants
 from protocols.verfedgnn.messages import iteration_bytes
 from protocols.verfedgnn.protocol import VerFedGNN
-from protocols.verfedgnn.roles import exchange_schedule, n_participants
 
 pytestmark = pytest.mark.ray
 

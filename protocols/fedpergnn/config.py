@@ -50,3 +50,14 @@ class FedPerGNNConfig(ProtocolConfig):
         require(self.expand_every >= 0, "expand_every", "must be >= 0")
         require(0 < self.privacy_delta < 1, "privacy_delta", "must be in (0, 1)")
         require(self.key_servers >= 1, "key_servers", "must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class FedPerGNNPublic:
+    """Public values every node receives beside the Config (nodes read them as ``self.public``)."""
+
+    n_users: int  # N (fan of the Xavier initialisation of e_u)
+    n_items: int  # |I|: rows of E
+    expand_period: int  # P: rounds between graph expansions; a user's graph is stale after it
+    rating_min: float = 0.0  # the training ratings' range (gat backbone: predictions clamped)
+    rating_max: float = 0.0

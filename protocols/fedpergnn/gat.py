@@ -33,7 +33,7 @@ from models.fedpergnn_gat import (
     rating_loss,
 )
 from nodes.node import decode_shared, expect_kinds
-from privacy.ldp import choose_pseudo_items, clip_and_laplace, pseudo_item_gradients
+from privacy.ldp import clip_and_laplace, perturbed_upload
 from protocols.fedpergnn import messages as msg
 
 _MODELS: dict[tuple[int, int], LocalGAT] = {}
@@ -57,8 +57,8 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         expect_kinds(inbox, "item_embeddings", "gat_weights", node=n.id)
     e_list = decode_shared(inboxes, "item_embeddings", wire.decode_dense)
     w_list = decode_shared(inboxes, "gat_weights", wire.decode_dense)
-    s = nodes[0].shared
-    model = shape_model(s["dim"], s["layers"])
+    c, n_items = nodes[0].config, nodes[0].public.n_items
+    model = shape_model(c.dim, c.layers)
     for n, e, w in zip(nodes, e_list, w_list):
         g = n.torch_generator()
         item_leaf = torch.from_numpy(e)[torch.from_numpy(n.train_items)].requires_grad_(True)
@@ -70,19 +70,16 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         h = local_gat_forward(model, weights, graph, user_leaf, item_leaf, n.nbr_emb, item_leaf)
         ratings = torch.from_numpy(n.train_ratings)
         pred = predict_candidates(h, graph)
-        loss = rating_loss(pred, ratings, user_leaf, item_leaf, s["l2"])
+        loss = rating_loss(pred, ratings, user_leaf, item_leaf, c.l2)
         loss.backward()
-        n.embedding = (user_leaf - s["lr_user"] * user_leaf.grad).detach()
+        n.embedding = (user_leaf - c.lr_user * user_leaf.grad).detach()
         real = item_leaf.grad.detach()
-        m = min(s["pseudo_items"], s["n_items"] - len(n.train_items))
-        pseudo_ids = choose_pseudo_items(s["n_items"], n.train_items, m, g).numpy()
-        pseudo = pseudo_item_gradients(real, m, g)
-        all_ids = np.concatenate([n.train_items, pseudo_ids])
-        noisy = clip_and_laplace(torch.cat([real, pseudo]), s["clip"], s["laplace"], g)
-        order = np.argsort(all_ids, kind="stable")  # rows by item id: position says nothing
-        n.send("item_grads", server, msg.encode_item_grads(all_ids[order], noisy[order]))
-        n.last_pseudo_items = np.sort(pseudo_ids)
-        w_noisy = clip_and_laplace(weights.grad.detach(), s["clip"], s["laplace"], g)
+        m = min(c.pseudo_items, n_items - len(n.train_items))
+        ids, noisy, n.last_pseudo_items = perturbed_upload(
+            n_items, n.train_items, real, m, c.clip, c.laplace, g
+        )
+        n.send("item_grads", server, msg.encode_item_grads(ids, noisy))
+        w_noisy = clip_and_laplace(weights.grad.detach(), c.clip, c.laplace, g)
         n.send("gat_grads", server, wire.encode_dense(w_noisy))
         n.report("loss", loss.item())
 
@@ -92,9 +89,9 @@ def evaluate_users(nodes: list, inboxes: list) -> None:
     reports its squared-error sum and count; the driver forms RMSE = √(Σ sq / Σ n)."""
     e_list = decode_shared(inboxes, "eval_item_embeddings", wire.decode_dense)
     w_list = decode_shared(inboxes, "eval_gat_weights", wire.decode_dense)
-    s = nodes[0].shared
-    model = shape_model(s["dim"], s["layers"])
-    lo, hi = s["rating_min"], s["rating_max"]
+    c, public = nodes[0].config, nodes[0].public
+    model = shape_model(c.dim, c.layers)
+    lo, hi = public.rating_min, public.rating_max
     for n, e, w in zip(nodes, e_list, w_list):
         if not len(n.test_items):
             continue

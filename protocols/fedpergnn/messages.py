@@ -83,7 +83,14 @@ def expand_reply_size(n_neighbours: int, n_shared_total: int, dim: int) -> int:
 
 # user -> server: perturbed item-embedding gradients, rows sorted by item id
 encode_item_grads = encode_rows
-decode_item_grads = decode_rows
+
+
+def decode_item_grads(payload: bytes, n_items: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, rows)``; ids out of range, or not sorted and distinct, raise WireError."""
+    ids, rows = decode_rows(payload, n_items)
+    if np.any(np.diff(ids) <= 0):
+        raise wire.WireError("item gradients: ids not sorted and distinct")
+    return ids, rows
 
 
 item_grads_size = rows_size

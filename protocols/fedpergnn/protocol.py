@@ -54,15 +54,15 @@ received (textbook RSA with the public key, and a plain hash of the id, over eve
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from cluster.message import node_id
+from cluster.message import index_of, node_id
 from data.types import Interactions, RecDataset
 from nodes.deployment import Deployment, NodeSpec, mean_report
+from nodes.node import Shared
 from privacy import oprf
 from privacy.accountant import PrivacyAccountant, laplace_vector_event
 from privacy.attacks import (
@@ -75,7 +75,7 @@ from privacy.attacks import (
 from privacy.ldp import laplace_epsilon_per_coordinate
 from protocols.base import Protocol
 from protocols.fedpergnn import gat
-from protocols.fedpergnn.config import FedPerGNNConfig
+from protocols.fedpergnn.config import FedPerGNNConfig, FedPerGNNPublic
 from protocols.fedpergnn.roles import MATCHER, SERVER, KeyServer, Matcher, Server, User
 
 REJOIN_STEPS = 7  # supersteps of the longest catch-up chain (see FedPerGNN.rejoin)
@@ -116,6 +116,7 @@ class FedPerGNN(Protocol):
         self.train_items = dataset.train.items_by_user(dataset.n_users)
         self.test_items = dataset.test.items_by_user(dataset.n_users)
         self.train_ratings = self.test_ratings = None
+        self.rating_range = (0.0, 0.0)
         if config.backbone == "gat":  # explicit ratings, aligned with the items above
             self.train_ratings = [r for _, r in ratings_by_user(dataset.train, dataset.n_users)]
             self.test_ratings = [r for _, r in ratings_by_user(dataset.test, dataset.n_users)]
@@ -139,16 +140,16 @@ class FedPerGNN(Protocol):
         per_round = c.users_per_round or len(self.users)
         return max(1, math.ceil(len(self.users) / per_round))
 
-    def shared(self) -> dict:
-        lo, hi = getattr(self, "rating_range", (0.0, 0.0))
-        return {
-            "n_users": self.dataset.n_users,
-            "n_items": self.dataset.n_items,
-            "rating_min": lo,
-            "rating_max": hi,
-            "expand_period": self.expand_every,  # P: users tell a stale local graph by it
-            **dataclasses.asdict(self.config),
-        }
+    def shared(self) -> Shared:
+        lo, hi = self.rating_range
+        public = FedPerGNNPublic(
+            n_users=self.dataset.n_users,
+            n_items=self.dataset.n_items,
+            expand_period=self.expand_every,  # P: users tell a stale local graph by it
+            rating_min=lo,
+            rating_max=hi,
+        )
+        return Shared(self.config, public)
 
     @property
     def key_server_ids(self) -> list[str]:
@@ -171,17 +172,18 @@ class FedPerGNN(Protocol):
 
     # --- choreography ---------------------------------------------------------------------------
     def tokenize(self, dep: Deployment, round_: int) -> None:
-        """Step 1: every user's item tokens by the blind-RSA OPRF with the key server."""
-        dep.superstep(round_, "oprf_key", activate=self.key_server_ids)
-        dep.superstep(round_, "oprf_blind")
-        dep.superstep(round_, "oprf_sign")
-        dep.superstep(round_, "oprf_finalize")
+        """Step 1: every user's item tokens by the blind-RSA OPRF with the key server (the
+        paper's third-party server holding the key of the privacy-preserving graph expansion)."""
+        dep.superstep(round_, "oprf_key", activate=self.key_server_ids)  # (N, e) → users
+        dep.superstep(round_, "oprf_blind")  # m' = H(x)·r^e → key server
+        dep.superstep(round_, "oprf_sign")  # s' = m'^d → user
+        dep.superstep(round_, "oprf_finalize")  # s = s'·r⁻¹, token = SHA-256(s)
 
     def expand(self, dep: Deployment, round_: int) -> None:
         """Step 2: graph expansion through the matcher."""
-        dep.superstep(round_, "expand_send", activate=["user"])
-        dep.superstep(round_, "expand_match")
-        dep.superstep(round_, "expand_receive")
+        dep.superstep(round_, "expand_send", activate=["user"])  # (tokens, e_u) → matcher
+        dep.superstep(round_, "expand_match")  # neighbours sharing a token → user, anonymously
+        dep.superstep(round_, "expand_receive")  # local subgraph u – I_u – U_u
 
     def rejoin(self, dep: Deployment, round_: int) -> None:
         """Sampled users who missed step 1 or the current epoch's expansion catch up before they
@@ -202,22 +204,23 @@ class FedPerGNN(Protocol):
             self.absence_seen = True
 
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:
-        if not self.set_up:
+        if not self.set_up:  # step 1, once: tokens are cached
             self.tokenize(dep, round_)
             self.set_up = True
-        if round_ % self.expand_every == 0:
+        if round_ % self.expand_every == 0:  # step 2, every epoch
             self.expand(dep, round_)
             if self.config.attack_dictionary and not self.attack.get("dictionary_tokens_observed"):
                 self._dictionary_attack(dep)  # once: the tokens never change
+        # step 3: the server samples Ū and sends E (and θ with the gat backbone)
         dep.superstep(round_, "download", activate=[SERVER])
         self._note_absences(dep)
-        if getattr(self, "absence_seen", False):
+        if self.absence_seen:
             self.rejoin(dep, round_)
             # the sampled users received their download during rejoin and kept it
             res = dep.superstep(round_, "train", activate=["user"])
         else:
-            res = dep.superstep(round_, "train")
-        agg = dep.superstep(round_, "aggregate")
+            res = dep.superstep(round_, "train")  # local step; clip + Laplace uploads
+        agg = dep.superstep(round_, "aggregate")  # mean of the uploads, Adam step on E (and θ)
         self._note_absences(dep)
         self._account(agg.reports)
         if self.config.attack_gradient_inference:
@@ -229,6 +232,7 @@ class FedPerGNN(Protocol):
         }
 
     def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:
+        """Step 4: E (and θ) to every user; each ranks (lightgcn) or rates (gat) held-out items."""
         dep.superstep(round_, "eval_download", activate=[SERVER])
         res = dep.superstep(round_, "eval")
         if self.config.backbone == "gat":
@@ -268,7 +272,7 @@ class FedPerGNN(Protocol):
         else:  # BPR: positives and negatives pull opposite ways
             attack = infer_positive_items
         for src, ids, grads in dep.call(SERVER, "take_attack_views"):
-            truth = np.isin(ids, self.train_items[int(src.split("/")[1])])
+            truth = np.isin(ids, self.train_items[index_of(src)])
             pseudo = np.isin(ids, dep.call(src, "get_last_pseudo_items"))
             for tag, keep in (
                 ("with_pseudo", np.ones(len(ids), bool)),

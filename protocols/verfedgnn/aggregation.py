@@ -19,7 +19,9 @@ Server side, eq. 21 (partial participation): when only S of the P parties report
 in a round, the server scales their sum so that it estimates the full-participation sum.
 
 The arithmetic lives in models/rating_gnn/aggregation.py, shared with the centralized
-RatingGNN (models never import protocols); this module adds the party view and eq. 21.
+RatingGNN (models never import protocols); this module adds the party view, eq. 21, and the
+party's model: which layers' aggregates can travel together (``exchange_schedule``), its public
+parameters θ, the sum Φᵀ Σ_q Y_q of the projected aggregates it received, and its loss (eq. 5).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from models.rating_gnn import RatingGNN
 from models.rating_gnn import aggregation as agg
+from privacy.projection import GaussianProjection, reconstruct
 
 
 def _party_edges(
@@ -180,3 +184,119 @@ def partial_participation_aggregate(
     if covered <= 0 or covered > total_items or min(party_items) < 0:
         raise ValueError(f"party item counts {list(party_items)} do not fit total {total_items}")
     return total * (total_items / covered)
+
+
+# ----------------------------------------------------------------------------- the party's model
+
+
+def exchange_schedule(kind: str, n_layers: int) -> list[list[int]]:
+    """Layers (0-based) whose aggregates travel in each exchange step.
+
+    With the user aggregates of layers < ``known`` complete, e_u^j is exact for j ≤ known and
+    e_v^k for k ≤ known + 1 (e_v^k needs e_u^{k−1}). X^k (layer k, from e^k) needs e_v^k (GCN,
+    GGNN) and also e_u^k (GAT attention)."""
+    if kind == "mf":
+        return []
+    steps, known = [], 0
+    while known < n_layers:
+        hi = min(known + (0 if kind == "gat" else 1), n_layers - 1)
+        steps.append(list(range(known, hi + 1)))
+        known = hi + 1
+    return steps
+
+
+def party_model(config, n_users: int, n_items: int, n_total_items: int, eu, ei, seed: int):
+    """The RatingGNN of one party (``config``: a VerFedGNNConfig) on its rating edges."""
+    return RatingGNN(
+        n_users,
+        n_items,
+        eu,
+        ei,
+        kind=config.gnn,
+        dim=config.dim,
+        n_layers=config.layers,
+        activation=config.activation,
+        n_total_items=n_total_items,
+        init_std=config.init_std,
+        seed=seed,
+    )
+
+
+def public_parameters(model: RatingGNN) -> list[torch.nn.Parameter]:
+    """θ: everything but the private item embeddings (fixed order)."""
+    return [
+        p
+        for name, p in model.named_parameters()
+        if not name.startswith(("item_emb", "item_bias", "user_bias"))
+    ]
+
+
+def flat_gradient(params: list[torch.nn.Parameter]) -> torch.Tensor:
+    """The gradients of ``params`` as one vector (zeros where a parameter has none)."""
+    return torch.cat(
+        [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
+    ).detach()
+
+
+def exchange_senders(
+    participants: list[int], me: int, received: dict[int, dict[int, torch.Tensor]], steps: int
+) -> set[int]:
+    """The other participants whose aggregates count after ``steps`` exchange steps: all of A_t
+    but ``me`` before the first, then those heard from in every step so far (a sender missing
+    from a later step is left out of the earlier ones too, so every layer sums over the same
+    parties)."""
+    if steps == 0:
+        return {p for p in participants if p != me}
+    senders = set(received.get(1, {}))
+    for step in range(2, steps + 1):
+        senders &= set(received.get(step, {}))
+    return senders
+
+
+def received_aggregates(
+    received: dict[int, dict[int, torch.Tensor]],
+    senders: set[int],
+    schedule: list[list[int]],
+    steps_done: int,
+    phi: GaussianProjection | None,
+    shape: tuple[int, int, int],
+) -> list[torch.Tensor]:
+    """Σ_{q∈senders} X̂_q^k per layer k (``shape``: layers, N, D) from the tensors Y_q of the
+    exchange steps 1..steps_done (``received[step][q]``, one [L_j, q, D] tensor each):
+    X̂ = Φᵀ Σ_q Y_q (linear: one reconstruction for all senders), or Σ_q Y_q without
+    projection (``phi`` None)."""
+    n_layers, n_users, dim = shape
+    external = [torch.zeros(n_users, dim) for _ in range(n_layers)]
+    for step in range(1, steps_done + 1):
+        y_sum = None
+        for p, y in received.get(step, {}).items():  # arrival order: sorted by sender
+            if p in senders:
+                y_sum = y if y_sum is None else y_sum + y
+        if y_sum is None:
+            continue
+        for j, k in enumerate(schedule[step - 1]):
+            x_hat = reconstruct(phi, y_sum[j]) if phi is not None else y_sum[j]
+            external[k] = external[k] + x_hat
+    return external
+
+
+def party_loss(
+    model: RatingGNN,
+    prop,
+    batch: tuple[np.ndarray, np.ndarray, np.ndarray],
+    l2: float,
+    reduction: str,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Eq. 5 on the party's minibatch (users, local items, ratings): Σ (or mean) of (r̂ − r)²,
+    plus the private L2 term λ‖E_p‖²/M_p of its item embeddings; and the squared errors (None
+    for an empty minibatch)."""
+    u, i, r = batch
+    sq = None
+    if len(u):
+        err = model.predict(prop, torch.from_numpy(u), torch.from_numpy(i))
+        sq = (err - torch.from_numpy(r)).pow(2)
+        loss = sq.sum() if reduction == "sum" else sq.mean()
+    else:
+        loss = torch.zeros(())
+    item_w = model.item_emb.weight
+    return loss + l2 * item_w.pow(2).sum() / item_w.shape[0], sq

@@ -14,7 +14,8 @@ party's state (item embeddings e_v^0, rating edges) with the party's own aggrega
 ``simulate`` runs all three on a given victim (used by tests and benchmarks/verfedgnn.py);
 the protocol mounts the VerFedGNN one on the messages it really sends
 (``VerFedGNNConfig.attack``: ``register_adversaries`` / ``add_ratings`` before the run, the
-attacking party's ``get_deanonymization``, then ``score_protocol_attack``).
+attacking party's ``get_deanonymization`` (``infer_victim_items``), then
+``score_protocol_attack``).
 """
 
 from __future__ import annotations
@@ -142,6 +143,27 @@ def add_ratings(train: Interactions, adversaries: Adversaries, rating: float) ->
         if train.timestamp is None
         else np.concatenate([train.timestamp, np.zeros(n, train.timestamp.dtype)]),
     )
+
+
+def infer_victim_items(
+    observed: torch.Tensor, aligned_users: np.ndarray, adversaries: Adversaries, config
+) -> dict:
+    """Eq. (I.1) on the victim's first-layer aggregate X̂ the attacker received (rows: aligned
+    users): for every honest aligned user (raw id), the victim items (global ids) inferred, with
+    ``config``'s (a VerFedGNNConfig) GNN kind, ``attack_max_items`` and ``attack_beam``."""
+    position = {int(u): j for j, u in enumerate(aligned_users)}
+    adv_rows = np.array([position[int(u)] for u in adversaries.users], dtype=np.int64)
+    honest = np.setdiff1d(np.arange(len(aligned_users)), adv_rows)
+    x_hat = observed.double()
+    inferred = match_aggregates(
+        x_hat[honest],
+        x_hat[adv_rows],
+        adversaries.items,
+        max_items=config.attack_max_items,
+        degree_power=DEGREE_POWER[config.gnn],
+        beam=config.attack_beam,
+    )
+    return {"users": aligned_users[honest].copy(), "items": inferred}
 
 
 def score_protocol_attack(

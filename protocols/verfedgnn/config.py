@@ -82,3 +82,29 @@ class VerFedGNNConfig(ProtocolConfig):
             require(self.attack_max_items >= 1, "attack_max_items", "must be >= 1")
             require(self.attack_beam >= 1, "attack_beam", "must be >= 1")
             require(self.gnn in ("gcn", "ggnn", "gat"), "gnn", "the attack needs a GNN, not mf")
+
+
+@dataclasses.dataclass(frozen=True)
+class VerFedGNNPublic:
+    """Public values every node receives beside the Config (nodes read them as ``self.public``)."""
+
+    n_users: int  # N: honest users, then the adversarial ones (attack)
+    n_items: int  # M: items of all parties
+    party_items: tuple[int, ...]  # M_p of every party (partial-participation scaling, eq. 21)
+    rating_min: float  # the training ratings' range: predictions are clamped to it
+    rating_max: float
+
+
+def n_participants(parties: int, participation: float) -> int:
+    """S = max(1, round(α·P)): the parties of A_t (at most P)."""
+    return max(1, min(parties, int(round(participation * parties))))
+
+
+def projection_rows(config: VerFedGNNConfig, n_users: int) -> int:
+    """Rows of what travels per layer: q with projection (``projection_dim``, or N/5 by
+    default), N without."""
+    if not config.projection:
+        return n_users
+    if config.projection_dim:
+        return min(config.projection_dim, n_users)
+    return max(1, n_users // config.projection_reduction)

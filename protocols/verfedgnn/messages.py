@@ -35,6 +35,20 @@ def decode_public(payload: bytes) -> tuple[int, np.ndarray, torch.Tensor]:
     return int(seed[0]), wire.decode_ids(parts_b), torch.from_numpy(theta)
 
 
+def decode_gradient(payload: bytes, n_public: int, src: str = "a party") -> np.ndarray:
+    """A party's released gradient of θ: sparse ternary, or dense fp32 (Laplace, none)."""
+    tag = wire.peek_tag(payload)
+    if tag == "ternary":
+        g = wire.decode_ternary(payload)
+    elif tag == "dense":
+        g = wire.decode_dense(payload).astype(np.float32)
+    else:
+        raise wire.WireError(f"gradient from {src}: unexpected codec {tag}")
+    if g.shape != (n_public,):
+        raise wire.WireError(f"gradient from {src}: shape {g.shape}, expected ({n_public},)")
+    return g
+
+
 def public_size(n_public: int, s: int) -> int:
     """Bytes of one ``public_params`` message."""
     return wire.record_size(

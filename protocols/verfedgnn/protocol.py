@@ -72,7 +72,6 @@ keeps it.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -83,6 +82,7 @@ from data.splits import random_split
 from data.types import Interactions, RecDataset
 from models.rating_gnn import global_mean_rmse
 from nodes.deployment import Deployment, NodeSpec, mean_report
+from nodes.node import Shared
 from privacy.accountant import (
     PrivacyAccountant,
     approx_dp_event,
@@ -91,14 +91,14 @@ from privacy.accountant import (
 from privacy.ternary import ternary_delta
 from protocols.base import Protocol
 from protocols.verfedgnn import attack
-from protocols.verfedgnn.config import VerFedGNNConfig
+from protocols.verfedgnn.aggregation import exchange_schedule
+from protocols.verfedgnn.config import VerFedGNNConfig, VerFedGNNPublic
 from protocols.verfedgnn.roles import (
     KEY_SERVER,
     SERVER,
     VerFedGNNKeyServer,
     VerFedGNNParty,
     VerFedGNNServer,
-    exchange_schedule,
 )
 
 PSI_PHASES = ("psi_key", "psi_blind", "psi_sign", "psi_tokens", "psi_match", "psi_align")
@@ -146,16 +146,16 @@ class VerFedGNN(Protocol):
             self.train = attack.add_ratings(self.train, self.adversaries, rating)
             self.n_users += len(self.adversaries.users)
 
-    def shared(self) -> dict:
+    def shared(self) -> Shared:
         r = self.train.rating
-        return {
-            **dataclasses.asdict(self.config),
-            "n_users": self.n_users,
-            "n_items": self.dataset.n_items,
-            "party_items": self.party_items,
-            "rating_min": float(r.min()),
-            "rating_max": float(r.max()),
-        }
+        public = VerFedGNNPublic(
+            n_users=self.n_users,
+            n_items=self.dataset.n_items,
+            party_items=tuple(self.party_items),
+            rating_min=float(r.min()),
+            rating_max=float(r.max()),
+        )
+        return Shared(self.config, public)
 
     def _party_triples(self, inter: Interactions, p: int, local: np.ndarray):
         keep = self.owner[inter.item] == p
@@ -214,17 +214,22 @@ class VerFedGNN(Protocol):
             dep.superstep(round_, phase)
 
     def _forward(self, dep: Deployment, round_: int, prefix: str) -> None:
+        """Step 2 (server → A_t: seed of Φ, θ) and the exchanges of the forward pass (parties:
+        Y_p^k = Φ X_p^k of eqs. 12–16 → the other participants)."""
         dep.superstep(round_, f"{prefix}download", activate=[SERVER])
         for j in range(1, len(self.schedule) + 1):
             dep.superstep(round_, f"{prefix}exchange{j}", activate=["party"])
 
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:
+        """One iteration t of Algorithm 1 (after the step-1 alignment in round 0)."""
         if round_ == 0 and self.config.psi:
             self.align(dep, round_)
         if self.n_public is None:
             self.n_public = int(dep.call(SERVER, "get_theta").shape[0])
         self._forward(dep, round_, "")
+        # step 3: loss (eq. 5), local item step, clipped + ternary gradient of θ (eqs. 19–20)
         res = dep.superstep(round_, "train", activate=["party"])
+        # the server: eq. 21 estimate over the gradients that arrived, Adagrad on θ
         agg = dep.superstep(round_, "aggregate", activate=[SERVER])
         # releases that happened: the parties of A_t that were there to send their gradient
         released = np.array(sorted(int(p) for p in res.reports.get("released", [])), np.int64)

@@ -8,53 +8,15 @@ is the aligned user index 0..N−1 that all parties and the server then share. T
 tokens (pseudo-random 32-byte strings; without the key it cannot evaluate id ↦ token) and the
 key server sees uniformly random blinded values; no raw user id leaves a party.
 
-The key server's RSA key is drawn from its node RNG (primes found with gmpy2.next_prime on
-seeded random numbers) so that a run is reproducible from its seed; a real deployment would draw
-it from the operating system's generator (privacy.oprf.generate_key).
+The key server (privacy/key_server.py) draws its RSA key from its node RNG, so that a run is
+reproducible from its seed.
 """
 
 from __future__ import annotations
 
-import math
-
-import gmpy2
 import numpy as np
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 from privacy.oprf import TOKEN_BYTES
-
-PUBLIC_EXPONENT = 65537
-
-
-def _prime(rng: np.random.Generator, bits: int) -> int:
-    while True:
-        x = int.from_bytes(rng.bytes(bits // 8), "big") | (3 << (bits - 2)) | 1
-        p = int(gmpy2.next_prime(x))
-        if p.bit_length() == bits and math.gcd(PUBLIC_EXPONENT, p - 1) == 1:
-            return p
-
-
-def seeded_rsa_key(rng: np.random.Generator, bits: int = 2048) -> rsa.RSAPrivateKey:
-    """An RSA key (e = 65537, modulus of ``bits`` bits) determined by ``rng``'s stream."""
-    if bits < 1024 or bits % 16:
-        raise ValueError(f"RSA modulus must have at least 1024 bits (multiple of 16), got {bits}")
-    while True:
-        p, q = _prime(rng, bits // 2), _prime(rng, bits // 2)
-        if p != q and (p * q).bit_length() == bits:
-            break
-    if p < q:
-        p, q = q, p
-    d = pow(PUBLIC_EXPONENT, -1, math.lcm(p - 1, q - 1))
-    numbers = rsa.RSAPrivateNumbers(
-        p=p,
-        q=q,
-        d=d,
-        dmp1=rsa.rsa_crt_dmp1(d, p),
-        dmq1=rsa.rsa_crt_dmq1(d, q),
-        iqmp=rsa.rsa_crt_iqmp(p, q),
-        public_numbers=rsa.RSAPublicNumbers(PUBLIC_EXPONENT, p * q),
-    )
-    return numbers.private_key()
 
 
 def pack_tokens(tokens: list[bytes]) -> bytes:
@@ -91,3 +53,33 @@ def common_positions(tokens: list[bytes], common: list[bytes]) -> np.ndarray | N
     if any(t not in where for t in common):
         return None
     return np.array([where[t] for t in common], dtype=np.int64)
+
+
+def match(
+    token_lists: list[list[bytes]], common: list[bytes] | None
+) -> tuple[list[np.ndarray | None], list[bytes]]:
+    """The server's answer to every party's sorted token list, and the common tokens: at the
+    set-up (``common`` None) the intersection of the lists; at a rejoin the set-up's common
+    tokens, so that the aligned index does not change (None for a list that lacks one)."""
+    if common is None:
+        positions = intersect_positions(token_lists)
+        return positions, [token_lists[0][i] for i in positions[0]]
+    return [common_positions(toks, common) for toks in token_lists], common
+
+
+def align_ratings(
+    raw: dict[str, tuple], user_ids: np.ndarray, aligned_users: np.ndarray
+) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Each (raw user id, local item, rating) triple set re-indexed by aligned user: index j is
+    raw user ``aligned_users[j]``; ratings of users outside the intersection drop out."""
+    lookup = -np.ones(
+        max(int(user_ids.max(initial=0)), int(aligned_users.max(initial=0))) + 1, dtype=np.int64
+    )
+    lookup[aligned_users] = np.arange(len(aligned_users))
+    out = {}
+    for name, (u, i, r) in raw.items():
+        u = np.asarray(u, dtype=np.int64)
+        a = np.where(u < len(lookup), lookup[np.minimum(u, len(lookup) - 1)], -1)
+        keep = a >= 0
+        out[name] = (a[keep], np.asarray(i)[keep], np.asarray(r, np.float32)[keep])
+    return out

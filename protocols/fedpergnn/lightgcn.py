@@ -1,0 +1,115 @@
+"""FedPerGNN's LightGCN backbone (``backbone = "lightgcn"``, the FedLightGCN thesis): what the
+sampled users of one host compute in a round, and at evaluation. The model is
+models/lightgcn.py's (``build_local_graphs``, ``local_forward``).
+
+Round (step 3 of protocols/fedpergnn/protocol.py): the user receives E; on its local subgraph
+u – I_u – U_u it computes h_u (K layers, mean of layers), pairs each of |Ĩ_u| sampled negatives
+with a random positive and takes BPR + α L2 with s_ui = h_u·e_i; it updates
+e_u ← e_u − η ∂L_u/∂e_u locally and uploads ``item_grads``: ∂L_u/∂e_i for its positives and
+negatives plus M pseudo items, every coordinate clipped to [−δ, δ] plus Laplace(0, λ), rows sorted
+by item id (privacy/ldp.py ``perturbed_upload``).
+
+All the host's users run in one stacked pass: their local graphs are disjoint, so row b of every
+gradient is user b's alone (tests/test_fedpergnn_protocol.py checks it against one user alone).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from cluster import wire
+from models.bpr import neg_log_sigmoid
+from models.lightgcn import build_local_graphs, local_forward
+from nodes.node import decode_shared, expect_kinds
+from privacy.ldp import choose_pseudo_items, perturbed_upload
+from protocols.fedmf import evaluate_users as rank_items
+from protocols.fedpergnn import messages as msg
+
+EVAL_CHUNK = 512  # users ranked in one pass at evaluation
+
+
+def train_users(nodes: list, inboxes: list, server: str) -> None:
+    """Step 3 for every sampled user of this host (one stacked autograd graph)."""
+    for n, inbox in zip(nodes, inboxes):
+        expect_kinds(inbox, "item_embeddings", node=n.id)
+    e_list = decode_shared(inboxes, "item_embeddings", wire.decode_dense)
+    c, n_items = nodes[0].config, nodes[0].public.n_items
+    gens, negs, pairs_pos = [], [], []
+    for n in nodes:  # each user's own random draws, in its own stream
+        g = n.torch_generator()
+        n_neg, _ = msg.upload_counts(len(n.train_items), n_items, c.negatives, c.pseudo_items)
+        neg = choose_pseudo_items(n_items, n.train_items, n_neg, g).numpy()
+        negs.append(np.sort(neg))
+        # each sampled negative is paired with a random positive (FedLightGCN's sampler)
+        pairs_pos.append(n.rng.integers(0, len(n.train_items), size=len(neg)))
+        gens.append(g)
+    # per-user leaf of item rows: [E[I_u]; E[negatives]] for every user, stacked
+    rows, graph_rows, pos_rows, neg_rows, pair_user = [], [], [], [], []
+    offset = 0
+    for b, (n, e) in enumerate(zip(nodes, e_list)):
+        ids = np.concatenate([n.train_items, negs[b]])
+        rows.append(torch.from_numpy(e)[torch.from_numpy(ids)])
+        n_pos = len(n.train_items)
+        graph_rows.append(offset + np.arange(n_pos))
+        pos_rows.append(offset + pairs_pos[b])
+        neg_rows.append(offset + n_pos + np.arange(len(negs[b])))
+        pair_user.append(np.full(len(negs[b]), b))
+        offset += len(ids)
+    item_leaf = torch.cat(rows).requires_grad_(True)
+    user_leaf = torch.stack([n.embedding for n in nodes]).requires_grad_(True)
+    graphs = build_local_graphs([len(n.train_items) for n in nodes], [n.nbr_links for n in nodes])
+    nbr = torch.cat([n.nbr_emb for n in nodes])
+    cat = lambda parts: torch.from_numpy(np.concatenate(parts).astype(np.int64))  # noqa: E731
+    # h_u: LightGCN on the local subgraph, mean of layers 0..K
+    h_u = local_forward(
+        graphs, user_leaf, item_leaf.index_select(0, cat(graph_rows)), nbr, c.layers
+    )
+    pu, pi, pj = cat(pair_user), cat(pos_rows), cat(neg_rows)
+    e_i, e_j = item_leaf.index_select(0, pi), item_leaf.index_select(0, pj)
+    hu = h_u.index_select(0, pu)
+    x = (hu * e_i).sum(-1) - (hu * e_j).sum(-1)  # s_ui − s_uj = h_u·e_i − h_u·e_j per pair
+    count = torch.bincount(pu, minlength=len(nodes)).clamp(min=1).to(x.dtype)
+    # BPR: −log σ(s_ui − s_uj) + α/2 (‖e_i‖² + ‖e_j‖²), mean over the user's pairs, + α/2 ‖e_u‖²
+    per_pair = neg_log_sigmoid(x) + 0.5 * c.l2 * (e_i.pow(2).sum(-1) + e_j.pow(2).sum(-1))
+    loss = torch.zeros(len(nodes)).index_add(0, pu, per_pair) / count
+    loss = loss + 0.5 * c.l2 * user_leaf.pow(2).sum(-1)
+    loss.sum().backward()  # the users' graphs are disjoint: row b's gradients are user b's
+    new_users = (user_leaf - c.lr_user * user_leaf.grad).detach()  # e_u ← e_u − η ∂L/∂e_u
+    grads = item_leaf.grad.detach()
+    start = 0
+    for b, n in enumerate(nodes):
+        ids_real = np.concatenate([n.train_items, negs[b]])
+        real = grads[start : start + len(ids_real)]
+        start += len(ids_real)
+        _, m = msg.upload_counts(len(n.train_items), n_items, c.negatives, c.pseudo_items)
+        ids, noisy, n.last_pseudo_items = perturbed_upload(
+            n_items, ids_real, real, m, c.clip, c.laplace, gens[b]
+        )
+        n.send("item_grads", server, msg.encode_item_grads(ids, noisy))
+        n.embedding = new_users[b].clone()
+        n.report("loss", loss[b].item())
+
+
+def representations(nodes: list, e_list: list[np.ndarray]) -> torch.Tensor:
+    """h_u of every listed user (no gradient), given the item embeddings each holds."""
+    graphs = build_local_graphs([len(n.train_items) for n in nodes], [n.nbr_links for n in nodes])
+    items = torch.cat(
+        [torch.from_numpy(e)[torch.from_numpy(n.train_items)] for n, e in zip(nodes, e_list)]
+    )
+    nbr = torch.cat([n.nbr_emb for n in nodes])
+    with torch.no_grad():
+        user = torch.stack([n.embedding for n in nodes])
+        return local_forward(graphs, user, items, nbr, nodes[0].config.layers)
+
+
+def evaluate_users(nodes: list, inboxes: list) -> None:
+    """Step 4: each user with held-out items ranks every item it has not trained on by h_u·e_i
+    (Recall/NDCG@k, protocols/fedmf.py ``evaluate_users``)."""
+    e_list = decode_shared(inboxes, "eval_item_embeddings", wire.decode_dense)
+    users = [(n, e) for n, e in zip(nodes, e_list) if len(n.test_items)]
+    k = nodes[0].config.eval_k
+    for start in range(0, len(users), EVAL_CHUNK):
+        chunk = users[start : start + EVAL_CHUNK]
+        h = representations([n for n, _ in chunk], [e for _, e in chunk])
+        rank_items([n for n, _ in chunk], h, [e for _, e in chunk], k)
