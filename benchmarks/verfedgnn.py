@@ -36,7 +36,8 @@ from protocols.verfedgnn.protocol import VerFedGNN, split_60_20_20
 
 VARIANTS = {
     "default": {},
-    "no_projection": {"projection": False},
+    "no_projection": {"projection": "none"},
+    "sparse": {"projection": "sparse"},  # the authors' code's CountSketch Φ
     "laplace": {"mechanism": "laplace"},
     "no_mechanism": {"mechanism": "none"},
     "alpha_0.2": {"participation": 0.2},
@@ -91,7 +92,7 @@ def federated(ds, params: dict, rounds: int, every: int, seed: int) -> dict:
         last = rounds - 1
         by_kind = dep.ledger.by_kind(round_=last)
         rows = proto.config.projection_dim or ds.n_users // c.projection_reduction
-        rows = rows if c.projection else ds.n_users
+        rows = rows if c.projection != "none" else ds.n_users
         grad_bytes = by_kind.get("gradient", 0)
         formula = iteration_bytes(
             n_public=proto.n_public,
@@ -203,7 +204,7 @@ def scale_run(ds, q: int, args) -> dict:
 
     params = {"parties": args.parties, "gnn": args.gnn, "psi": False}
     if q == 0:
-        params["projection"] = False
+        params["projection"] = "none"
     elif q > 0:
         params["projection_dim"] = q
     t0 = time.perf_counter()
@@ -230,7 +231,7 @@ def scale_run(ds, q: int, args) -> dict:
     steady = iters[1:] or iters
     return {
         "params": params,
-        "projection_rows_q": rows if proto.config.projection else None,
+        "projection_rows_q": rows if proto.config.projection != "none" else None,
         "setup_seconds": setup_s,
         "iteration_seconds": iters,
         "iterations_per_second": len(steady) / sum(steady),

@@ -142,6 +142,19 @@ class SparseProjection:
         return phi
 
 
+def make_projection(
+    kind: str, q: int, n: int, seed: int
+) -> GaussianProjection | SparseProjection | None:
+    """Φ of ``kind`` "gaussian" or "sparse" (q×n, from ``seed``); None for "none"."""
+    if kind == "gaussian":
+        return GaussianProjection(q, n, seed)
+    if kind == "sparse":
+        return SparseProjection(q, n, seed)
+    if kind == "none":
+        return None
+    raise ValueError(f"projection must be gaussian, sparse or none, got {kind!r}")
+
+
 def _as_2d(x: torch.Tensor, name: str) -> tuple[torch.Tensor, bool]:
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")

@@ -53,9 +53,10 @@ def _grad_sizes(tapped, round_):
     "params",
     [
         {"parties": 3, "psi": True, "psi_key_bits": 1024, "psi_extra_users": 3},
-        {"parties": 3, "psi": False, "gnn": "gat", "participation": 0.67, "projection": False},
+        {"parties": 3, "psi": False, "gnn": "gat", "participation": 0.67, "projection": "none"},
+        {"parties": 3, "psi": False, "projection": "sparse"},
     ],
-    ids=["gcn-psi", "gat-partial-noproj"],
+    ids=["gcn-psi", "gat-partial-noproj", "gcn-sparse"],
 )
 def test_psi_and_iteration_bytes_equal_formula(ray_local, params):
     proto, dep = make(params, tap=True)
@@ -83,7 +84,7 @@ def test_psi_and_iteration_bytes_equal_formula(ray_local, params):
         assert len(m.payload) == 13 + 4 * len(idx) + (len(idx) + 7) // 8
         assert n == proto.n_public and scale == 3.0
     d = 6
-    travel_rows = N_USERS // 5 if params.get("projection", True) else N_USERS
+    travel_rows = N_USERS if params.get("projection") == "none" else N_USERS // 5
     expected = iteration_bytes(
         n_public=proto.n_public,
         s=s,
@@ -112,10 +113,11 @@ def _contains(payload: bytes, needle: bytes) -> bool:
     return len(needle) > 0 and needle in payload
 
 
-@pytest.mark.parametrize("projection", [True, False])
+@pytest.mark.parametrize("projection", ["gaussian", "sparse", "none"])
 def test_no_item_ids_embeddings_or_edges_in_any_message(ray_local, projection):
     """Tap every message of a round and scan for each party's private data. Without projection
     the aggregates X_p^k travel in the clear and the scan finds them (the scan works)."""
+    clear = projection == "none"
     params = {"parties": 3, "psi": True, "psi_key_bits": 1024, "projection": projection}
     proto, dep = make(params, tap=True)
     parties = [f"party/{p}" for p in range(3)]
@@ -131,7 +133,7 @@ def test_no_item_ids_embeddings_or_edges_in_any_message(ray_local, projection):
         proto.evaluate(dep, 0)
     finally:
         dep.close()
-    kinds = {(m.src.split("/")[0], m.kind) for m in dep.tapped}
+    kinds = {(m.src_role, m.kind) for m in dep.tapped}
     assert kinds == {
         ("key_server", "psi_public_key"),
         ("party", "psi_blinded"),
@@ -155,14 +157,14 @@ def test_no_item_ids_embeddings_or_edges_in_any_message(ray_local, projection):
             assert not any(_contains(pl, needle) for pl in payloads)
         for x in local_x[p]:
             hit = any(_contains(pl, x.astype("<f4").tobytes()) for pl in payloads)
-            assert hit == (not projection)
+            assert hit == clear
             found_x |= hit
-    assert found_x == (not projection)
+    assert found_x == clear
     # what travels between parties is q×D per layer (q = N/5), never N×D, under projection
     for m in dep.tapped:
         if m.kind == "aggregates":
             shape = wire.decode_dense(m.payload).shape
-            assert shape == (2, N_USERS // 5 if projection else N_USERS, 6)
+            assert shape == (2, N_USERS if clear else N_USERS // 5, 6)
         if m.dst == "server/0":  # the server receives tokens and quantized gradients only
             assert m.kind in ("psi_tokens", "gradient")
 

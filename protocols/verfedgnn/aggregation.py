@@ -33,7 +33,7 @@ import torch
 
 from models.rating_gnn import RatingGNN
 from models.rating_gnn import aggregation as agg
-from privacy.projection import GaussianProjection, reconstruct
+from privacy.projection import Projection, reconstruct
 
 
 def _party_edges(
@@ -258,7 +258,7 @@ def received_aggregates(
     senders: set[int],
     schedule: list[list[int]],
     steps_done: int,
-    phi: GaussianProjection | None,
+    phi: Projection | None,
     shape: tuple[int, int, int],
 ) -> list[torch.Tensor]:
     """Σ_{q∈senders} X̂_q^k per layer k (``shape``: layers, N, D) from the tensors Y_q of the

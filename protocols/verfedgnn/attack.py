@@ -6,7 +6,7 @@ party's state (item embeddings e_v^0, rating edges) with the party's own aggrega
 (protocols/verfedgnn/aggregation.py), so that the same world can be attacked
 
 * through VerFedGNN's exchange: X̂_p^1 = ΦᵀΦ X_p^1 (GCN eq. 13 / GGNN eq. 16 with the E_p(N_u)
-  estimate of eq. 12), Φ q×N with entries N(0, 1/q);
+  estimate of eq. 12), Φ q×N with entries N(0, 1/q), or the sparse Φ of the authors' code;
 * through the same exchange without projection (X_p^1 itself), which isolates what the
   aggregation alone hides;
 * through a FedPerGNN-style exchange: every neighbour embedding e_v sent individually.
@@ -34,7 +34,13 @@ from privacy.attacks.deanonymization import (
     match_neighbour_embeddings,
     score,
 )
-from privacy.projection import GaussianProjection, default_projection_dim, project, reconstruct
+from privacy.projection import (
+    GaussianProjection,
+    SparseProjection,
+    default_projection_dim,
+    project,
+    reconstruct,
+)
 from protocols.verfedgnn.aggregation import gcn_party_aggregate, ggnn_party_aggregate
 
 AGGREGATES = {"gcn": gcn_party_aggregate, "ggnn": ggnn_party_aggregate}
@@ -90,11 +96,17 @@ def simulate(
     targets = np.unique(np.asarray(edge_user, np.int64))
     truth = items_by_user(edge_user, edge_item, targets)
     q = default_projection_dim(n_all, projection_reduction)
-    phi = GaussianProjection(q, n_all, int(rng.integers(0, 2**62)))
-    x_hat = reconstruct(phi, project(phi, x))  # X̂ = ΦᵀΦX
+    phi_seed = int(rng.integers(0, 2**62))
+    seen_by = {}
+    for name, phi in (
+        ("verfedgnn", GaussianProjection(q, n_all, phi_seed)),
+        ("verfedgnn_sparse", SparseProjection(q, n_all, phi_seed)),  # the authors' code
+    ):
+        seen_by[name] = reconstruct(phi, project(phi, x))  # X̂ = ΦᵀΦX
+    seen_by["verfedgnn_unprojected"] = x
     power = DEGREE_POWER[kind]
     out = {}
-    for name, seen in (("verfedgnn", x_hat), ("verfedgnn_unprojected", x)):
+    for name, seen in seen_by.items():
         inferred = match_aggregates(
             seen[targets],
             seen[adv_users],

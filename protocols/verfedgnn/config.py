@@ -8,6 +8,7 @@ from models.rating_gnn import KINDS
 from protocols.base import ProtocolConfig, require
 
 MECHANISMS = ("ternary", "laplace", "none")
+PROJECTIONS = ("gaussian", "sparse", "none")
 
 
 @dataclasses.dataclass
@@ -19,7 +20,9 @@ class VerFedGNNConfig(ProtocolConfig):
     layers: int = 2  # K
     activation: str = "sigmoid"
     thd: float = 4.0  # ratings ≥ thd are graph edges
-    projection: bool = True  # False: --no-projection, X_p^k travels in the clear
+    # Φ of Y = Φ X (privacy/projection.py): gaussian (the paper, fresh each iteration), sparse
+    # (the authors' code: CountSketch, fixed for the run), none (X_p^k travels in the clear)
+    projection: str = "gaussian"
     projection_reduction: int = 5  # N/q
     projection_dim: int = 0  # q; 0 = N // projection_reduction
     mechanism: str = "ternary"  # ternary | laplace | none (on the public-parameter gradients)
@@ -53,6 +56,7 @@ class VerFedGNNConfig(ProtocolConfig):
         require(self.gnn in KINDS, "gnn", f"must be one of {KINDS}")
         require(self.dim >= 1, "dim", "must be >= 1")
         require(self.layers >= 0, "layers", "must be >= 0")
+        require(self.projection in PROJECTIONS, "projection", f"must be one of {PROJECTIONS}")
         require(self.projection_reduction >= 1, "projection_reduction", "must be >= 1")
         require(self.projection_dim >= 0, "projection_dim", "must be >= 0")
         require(self.mechanism in MECHANISMS, "mechanism", f"must be one of {MECHANISMS}")
@@ -103,7 +107,7 @@ def n_participants(parties: int, participation: float) -> int:
 def projection_rows(config: VerFedGNNConfig, n_users: int) -> int:
     """Rows of what travels per layer: q with projection (``projection_dim``, or N/5 by
     default), N without."""
-    if not config.projection:
+    if config.projection == "none":
         return n_users
     if config.projection_dim:
         return min(config.projection_dim, n_users)

@@ -24,7 +24,7 @@ from models.rating_gnn import RatingGNN, rating_edges
 from nodes.node import Node, NodeContext, expect_kinds, node_seed
 from privacy import oprf
 from privacy.key_server import BlindSigner, OprfClient
-from privacy.projection import GaussianProjection, project, reconstruct
+from privacy.projection import make_projection, project, reconstruct
 from privacy.ternary import ternary_quantize
 from protocols.verfedgnn import psi
 from protocols.verfedgnn.aggregation import (
@@ -283,7 +283,9 @@ class VerFedGNNParty(Node):
                 torch.nn.utils.vector_to_parameters(theta, self.theta)
                 self.participating = True
                 self.participants = [int(p) for p in participants]
-                self.phi = GaussianProjection(self.rows, self.n_users, seed)
+                if c.projection == "sparse":  # the authors' code: one Φ for the whole run
+                    seed = node_seed(self.ctx.seed, "verfedgnn-sparse-phi")
+                self.phi = make_projection(c.projection, self.rows, self.n_users, seed)
                 self.received: dict[int, dict[int, torch.Tensor]] = {}  # step -> sender -> Y
                 self._gather(0)
         for m in inbox:  # sorted by sender: the same sums whatever the placement
@@ -297,7 +299,9 @@ class VerFedGNNParty(Node):
             self.received.setdefault(step, {})[index_of(m.src)] = y
             if self.adversaries is not None and step == 1:
                 if index_of(m.src) == c.attack_victim:  # the attacker keeps X̂_victim^1 apart
-                    self.attack_observed = reconstruct(self.phi, y[0]) if c.projection else y[0]
+                    self.attack_observed = (
+                        reconstruct(self.phi, y[0]) if self.phi is not None else y[0]
+                    )
 
     def _gather(self, steps_done: int) -> None:
         """``external`` (Σ_q X̂_q^k of the layers of exchange steps 1..steps_done) and ``scale``
@@ -307,10 +311,9 @@ class VerFedGNNParty(Node):
         senders = exchange_senders(self.participants, me, self.received, steps_done)
         covered = public.party_items[me] + sum(public.party_items[p] for p in senders)
         self.scale = public.n_items / covered  # M / Σ_{q∈S} M_q
-        phi = self.phi if c.projection else None
         shape = (self.model.n_layers, self.n_users, c.dim)
         self.external = received_aggregates(
-            self.received, senders, self.schedule, steps_done, phi, shape
+            self.received, senders, self.schedule, steps_done, self.phi, shape
         )
 
     def _exchange(self, step: int) -> None:
@@ -320,7 +323,7 @@ class VerFedGNNParty(Node):
         with torch.no_grad():
             prop = self.model.propagate(self.external, aggregate_scale=self.scale)
         xs = [prop.local_user_aggregates[k] for k in layers]  # exact by the schedule
-        if self.config.projection:
+        if self.phi is not None:
             xs = [project(self.phi, x) for x in xs]
         payload = wire.encode_dense(torch.stack(xs))
         for p in self.participants:
