@@ -8,6 +8,7 @@ iterations per second and per-phase seconds on synthetic worlds of N users inste
     python -m benchmarks.verfedgnn --gnn gat --variants default --name verfedgnn_gat
     python -m benchmarks.verfedgnn --attack --name verfedgnn_attack   # de-anonymization table
     python -m benchmarks.verfedgnn --scale 100000 1000000 --scale-q 0 256 --name verfedgnn_scale
+    python -m benchmarks.verfedgnn --scale 100000 1000000 --scale-projection sparse --name verfedgnn_scale_sparse
     python -m benchmarks.verfedgnn --variants default,r_1,r_5,nq_2,nq_10 --rounds 400 --no-central
     python -m benchmarks.verfedgnn --dataset filmtrust --thd 3.5 --variants default --rounds 400
 
@@ -203,6 +204,7 @@ def scale_run(ds, q: int, args) -> dict:
     from engine import deploy
 
     params = {"parties": args.parties, "gnn": args.gnn, "psi": False}
+    params["projection"] = args.scale_projection
     if q == 0:
         params["projection"] = "none"
     elif q > 0:
@@ -288,6 +290,12 @@ def main() -> None:
         default=[-1],
         help="q of Φ, one run each: -1 = N/5 (the default), 0 = no projection",
     )
+    ap.add_argument(
+        "--scale-projection",
+        default="gaussian",
+        choices=("gaussian", "sparse"),
+        help="Φ of the scale runs: the paper's Gaussian or the authors' code's sparse CountSketch",
+    )
     ap.add_argument("--no-central", action="store_true", help="skip the central MF/GNN runs")
     args = ap.parse_args()
     import ray
@@ -297,7 +305,8 @@ def main() -> None:
     torch.set_num_threads(1)
     if args.scale:
         figures = {
-            "setting": f"P={args.parties}, {args.gnn}, synthetic, psi off, packed, 1 CPU thread"
+            "setting": f"P={args.parties}, {args.gnn}, {args.scale_projection} Φ, synthetic, psi off, "
+            "packed, 1 CPU thread"
             " per host process",
             "scale": {str(n): scale(n, args) for n in args.scale},
         }
