@@ -305,9 +305,8 @@ def main() -> None:
     torch.set_num_threads(1)
     if args.scale:
         figures = {
-            "setting": f"P={args.parties}, {args.gnn}, {args.scale_projection} Φ, synthetic, psi off, "
-            "packed, 1 CPU thread"
-            " per host process",
+            "setting": f"P={args.parties}, {args.gnn}, {args.scale_projection} Φ, synthetic, "
+            "psi off, packed, 1 CPU thread per host process",
             "scale": {str(n): scale(n, args) for n in args.scale},
         }
         write_result(args.name, figures)
