@@ -312,6 +312,8 @@ def paper_figure(privacy: dict) -> dict | None:
         return {"value": privacy["paper_delta_per_release"], "what": "δ per release at ε = 0"}
     if "epsilon_per_coordinate" in privacy:  # VerFedGNN, Laplace
         return {"value": privacy["epsilon_per_coordinate"], "what": "ε per coordinate"}
+    if "epsilon2_claimed_per_epoch" in privacy:  # DIPSGNN, paper / authors_code calibration
+        return {"value": privacy["epsilon2_claimed_per_epoch"], "what": "ε2 per epoch, claimed"}
     if "epsilon2_theorem_4_2_single_release" in privacy:  # DIPSGNN, aggregate
         return {
             "value": privacy["epsilon2_theorem_4_2_single_release"],

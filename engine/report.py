@@ -164,6 +164,7 @@ def main_metric(rows: list[dict]) -> str | None:
 PAPER_EPSILON = (
     ("epsilon_per_coordinate_thesis", "thesis: ε per coordinate of an upload"),  # FedPerGNN
     ("paper_stated_rdp.epsilon", "paper: RDP ε at order {order}"),  # DGREC
+    ("epsilon2_claimed_per_epoch", "paper: ε2 per epoch, as claimed"),  # DIPSGNN, paper modes
     ("epsilon2_theorem_4_2_single_release", "paper: ε2 by Thm 4.2, one release"),  # DIPSGNN
     ("epsilon_per_coordinate", "paper: ε per coordinate"),  # VerFedGNN, Laplace
 )

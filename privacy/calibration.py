@@ -156,9 +156,25 @@ def theorem_4_2_sigma(eps2: float, delta: float, n_releases: int, sensitivity: f
     return sensitivity / x
 
 
+AUTHORS_CODE_DELTA = 2.5e-7  # main_dipsgnn.py's default δ "of every epoch update"
+
+
 def released_code_sigma(eps_per_epoch: float, delta: float, steps: int, clip_norm: float) -> float:
-    """σ as the authors' code sets it (Theorem 4.2 form with Δ = C, n = T, budget per epoch)."""
+    """σ as the authors' code solves it (``cal_sigma`` in main_dipsgnn.py):
+    T·C²/(2σ²) + C·√(2T·ln(1/δ))/σ = ε per epoch — Theorem 4.2's form with Δ = C, n = T."""
     return theorem_4_2_sigma(eps_per_epoch, delta, steps, clip_norm)
+
+
+def paper_sigma(eps_per_epoch: float, delta: float, clip_norm: float) -> float:
+    """σ of the paper's Theorem 4.2 for a single release per epoch: Δ = C, n = 1, ε per epoch."""
+    return theorem_4_2_sigma(eps_per_epoch, delta, 1, clip_norm)
+
+
+def authors_code_noise_std(eps_per_epoch: float, steps: int, clip_norm: float) -> float:
+    """The noise the authors' code adds: it solves σ with ``released_code_sigma`` at
+    δ = AUTHORS_CODE_DELTA and draws N(0, σ²)·… with σ² passed as the standard deviation."""
+    sigma = released_code_sigma(eps_per_epoch, AUTHORS_CODE_DELTA, steps, clip_norm)
+    return sigma * sigma
 
 
 def calibrate_sigma(
@@ -214,12 +230,17 @@ def graph_sensitivity(config) -> float:
 
 
 def noise_sigma(config) -> float:
-    """σ of eq. 7 (or of EdgeRand's adjacency noise) for a DIPSGNNConfig: ``calibrate_sigma`` for
-    the counted releases at (eps2, privacy_delta), or 0 for the non-private network and for
-    DP-SGD (whose noise is on the gradients)."""
+    """σ of eq. 7 (or of EdgeRand's adjacency noise) for a DIPSGNNConfig: by its
+    ``calibration``, ``calibrate_sigma`` for the counted releases at (eps2, privacy_delta)
+    ("rigorous"), ``paper_sigma`` or ``authors_code_noise_std`` with eps2 per epoch; 0 for the
+    non-private network and for DP-SGD (whose noise is on the gradients)."""
     c = config
     if not c.private_graph or c.mechanism == "dpsgd":
         return 0.0
+    if c.calibration == "paper":
+        return paper_sigma(c.eps2, c.privacy_delta, c.clip_norm)
+    if c.calibration == "authors_code":
+        return authors_code_noise_std(c.eps2, c.steps, c.clip_norm)
     return calibrate_sigma(
         c.eps2, c.privacy_delta, calibrated_releases(c), graph_sensitivity(c), c.accountant
     )

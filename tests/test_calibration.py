@@ -98,3 +98,19 @@ def test_bad_arguments_raise() -> None:
         calibrate_sigma(1.0, DELTA, 10, 1.0, "moments")
     assert calibrate_sigma(1.0, DELTA, 0, 1.0) == 0.0
     assert spent_epsilon(0.0, 1.0, 3, DELTA) == math.inf
+
+
+def test_paper_and_authors_code_calibrations() -> None:
+    """The paper's σ: Theorem 4.2 for one release per epoch (Δ = C); the authors' code: the
+    same form with T releases at δ = 2.5e-7, and σ² applied as the standard deviation."""
+    from privacy.calibration import AUTHORS_CODE_DELTA, authors_code_noise_std, paper_sigma
+
+    sigma = paper_sigma(5.0, DELTA, 0.5)
+    assert theorem_4_2_epsilon(sigma, DELTA, 1, 0.5) == pytest.approx(5.0)
+    solved = released_code_sigma(5.0, AUTHORS_CODE_DELTA, 2, 0.5)
+    assert 2 * 0.25 / (2 * solved**2) + 0.5 * math.sqrt(
+        4 * math.log(1 / AUTHORS_CODE_DELTA)
+    ) / solved == pytest.approx(5.0)  # T·C²/(2σ²) + C·√(2T·ln(1/δ))/σ = ε
+    assert authors_code_noise_std(5.0, 2, 0.5) == pytest.approx(solved**2)
+    # at the defaults (ε = 5 per epoch, C = 0.5, T = 1) the applied std is below the solved σ
+    assert authors_code_noise_std(5.0, 1, 0.5) == pytest.approx(0.353, abs=1e-3)

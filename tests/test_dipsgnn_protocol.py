@@ -266,3 +266,35 @@ def test_dpsgd_noise_multiplier_and_budget(ray_local):
             build_config(DIPSGNNProtocol.Config, {**params, "dpsgd_batch_users": 99}),
             seed=0,
         )
+
+
+@pytest.mark.parametrize("calibration", ["paper", "authors_code"])
+def test_paper_calibrations_report_the_claim_beside_the_rigorous_epsilon(ray_local, calibration):
+    """In the paper's calibrations σ follows the paper (eps2 per epoch) and the summary keeps the
+    claimed figure beside the accountant's ε of the noise really applied, over every release."""
+    from privacy.calibration import authors_code_noise_std, paper_sigma
+
+    params = {**SMALL, "eps2": 5.0, "calibration": calibration}
+    out = run(params, rounds=3)
+    cfg = build_config(DIPSGNNProtocol.Config, params)
+    want = (
+        paper_sigma(5.0, cfg.privacy_delta, cfg.clip_norm)
+        if calibration == "paper"
+        else authors_code_noise_std(5.0, cfg.steps, cfg.clip_norm)
+    )
+    assert out["state"]["sigma"] == out["state"]["model_sigma"] == pytest.approx(want, rel=1e-12)
+    priv = out["privacy"]
+    assert priv["calibration"] == calibration and "epsilon2_budget" not in priv
+    assert priv["epsilon2_claimed_per_epoch"] == 5.0
+    sens = edge_sensitivity(cfg.clip_norm, cfg.max_edge_weight)
+    assert priv["epsilon"] == epsilon_of(
+        gaussian_event(want, sens), priv["releases_per_edge_spent"], cfg.privacy_delta
+    )
+    assert priv["epsilon"] > 3 * 5.0  # far more than 3 epochs × the claimed 5 per epoch
+
+
+def test_paper_calibrations_need_the_noisy_aggregation():
+    with pytest.raises(ConfigError, match="calibration"):
+        build_config(DIPSGNNProtocol.Config, {"calibration": "paper", "mechanism": "edgerand"})
+    with pytest.raises(ConfigError, match="calibration"):
+        build_config(DIPSGNNProtocol.Config, {"calibration": "tight"})

@@ -15,6 +15,7 @@ from protocols.base import ProtocolConfig, require
 
 SERVER = node_id("server", 0)  # the curator
 KS = (5, 10, 20)  # the K of Recall@K and MRR@K
+CALIBRATIONS = ("rigorous", "paper", "authors_code")
 
 
 @dataclasses.dataclass
@@ -46,6 +47,12 @@ class DIPSGNNConfig(ProtocolConfig):
     # noise on every entry of each training prefix's adjacency, once, at the same (ε2, δ)
     # "dpsgd": DP-SGD on all gradients at the same (ε2, δ) (σ = 0 in the aggregation)
     mechanism: str = "aggregate"
+    # how σ of eq. 7 is set (privacy/calibration.py ``noise_sigma``): "rigorous" (every release
+    # of an edge over the run, Δ = √2·w_max·C, eps2 for the whole run); "paper" (Theorem 4.2 for
+    # one release per epoch, Δ = C, eps2 per epoch); "authors_code" (their main_dipsgnn.py:
+    # Theorem 4.2's form with T releases per epoch, Δ = C, δ = 2.5e-7, eps2 per epoch, and σ²
+    # applied as the noise's standard deviation). The spent ε is the accountant's in every mode.
+    calibration: str = "rigorous"
     dpsgd_batch_users: int = 64  # b: users per DP-SGD step (fixed size, without replacement)
     dpsgd_clip: float = 1.0  # C of DP-SGD's per-user gradient clipping
     # False: M_in = M_out = 0, the network without its graph (diagnostic ablation; spends nothing
@@ -73,6 +80,12 @@ class DIPSGNNConfig(ProtocolConfig):
             self.mechanism in ("aggregate", "edgerand", "dpsgd"),
             "mechanism",
             "must be 'aggregate', 'edgerand' or 'dpsgd'",
+        )
+        require(self.calibration in CALIBRATIONS, "calibration", f"must be one of {CALIBRATIONS}")
+        require(
+            self.calibration == "rigorous" or self.mechanism == "aggregate",
+            "calibration",
+            "the paper's calibrations are for the noisy aggregation (mechanism = 'aggregate')",
         )
         require(self.dpsgd_batch_users >= 1, "dpsgd_batch_users", "must be >= 1")
         require(self.dpsgd_clip > 0, "dpsgd_clip", "must be > 0")

@@ -289,9 +289,11 @@ class DIPSGNNProtocol(Protocol):
 
     def _common_privacy(self) -> dict:
         c = self.config
+        budget = {"epsilon2_budget": c.eps2 if c.private_graph else float("inf")}
         return {
             "privacy_delta": c.privacy_delta,
-            "epsilon2_budget": c.eps2 if c.private_graph else float("inf"),
+            "calibration": c.calibration,
+            **(budget if c.calibration == "rigorous" else {}),  # paper modes: eps2 is per epoch
             "epsilon1_features": self._epsilon1(),
             "users_uploaded": int((self.uploaded_round >= 0).sum()),
             "users_held": int(self.held.sum()),
@@ -337,6 +339,8 @@ class DIPSGNNProtocol(Protocol):
         if not c.private_graph:
             return out
         out["epsilon2_spent"] = eps
+        if c.calibration != "rigorous":  # the paper's claim: eps2 in every epoch
+            out["epsilon2_claimed_per_epoch"] = c.eps2
         if c.mechanism == "aggregate":
             # Theorem 4.2's closed form as the paper applies it: one release per step, Δ = C
             out["epsilon2_theorem_4_2_single_release"] = theorem_4_2_epsilon(
