@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib
 
 PROTOCOLS: dict[str, str] = {
-    "fedmf": "protocols.fedmf:FedMF",
-    "dmf": "protocols.dmf:DMF",
+    "fedmf": "protocols.fedmf.protocol:FedMF",
+    "dmf": "protocols.dmf.protocol:DMF",
     "dgrec": "protocols.dgrec.protocol:DGREC",
     "dlgnn": "protocols.dlgnn:DLGNN",
     "ping": "protocols.ping:Ping",

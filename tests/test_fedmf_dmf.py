@@ -11,8 +11,8 @@ import pytest
 from data.synthetic import synthetic
 from engine import deploy
 from protocols.base import build_config
-from protocols.dmf import DMF
-from protocols.fedmf import FedMF
+from protocols.dmf.protocol import DMF
+from protocols.fedmf.protocol import FedMF
 
 pytestmark = pytest.mark.ray
 

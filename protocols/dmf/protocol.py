@@ -42,7 +42,7 @@ from models.bpr import bpr_grads, sample_pairs
 from nodes.deployment import Deployment, NodeSpec, mean_report
 from nodes.node import Node, NodeContext, expect_kinds, node_seed
 from protocols.base import Protocol, ProtocolConfig, require
-from protocols.fedmf import evaluate_users
+from protocols.fedmf.protocol import evaluate_users
 from protocols.sparse_rows import decode_rows, encode_rows
 
 

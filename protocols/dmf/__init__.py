@@ -1,0 +1,1 @@
+"""dmf — decentralised BPR matrix factorisation over a user graph."""
