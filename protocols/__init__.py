@@ -15,7 +15,7 @@ PROTOCOLS: dict[str, str] = {
     "fedlightgcn": "protocols.fedpergnn.protocol:FedLightGCN",
     "dipsgnn": "protocols.dipsgnn.protocol:DIPSGNNProtocol",
     "verfedgnn": "protocols.verfedgnn.protocol:VerFedGNN",
-    "central": "protocols.central:Central",
+    "central": "protocols.central.protocol:Central",
 }
 DEFAULT_PROTOCOL = "fedmf"
 
