@@ -23,7 +23,8 @@ from data.registry import load_dataset
 from engine import deploy
 from models.baselines import popularity_metrics
 from protocols.base import build_config
-from protocols.central import Central, CentralConfig
+from protocols.central.config import CentralConfig
+from protocols.central.protocol import Central
 
 
 def train_model(

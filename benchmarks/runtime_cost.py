@@ -15,7 +15,7 @@ from cluster.runtime import start_or_join
 from data.synthetic import synthetic
 from engine import deploy
 from protocols.base import build_config
-from protocols.fedmf import FedMF
+from protocols.fedmf.protocol import FedMF
 from protocols.ping import Ping
 
 

@@ -16,8 +16,9 @@ Embeddings start Xavier-uniform (d = 64 in the thesis).
 
 Two uses:
 
-* **central** (:class:`LightGCN`): one graph of all users and items; score ``h_u·h_i``
-  (``item_side="propagated"``, the LightGCN paper) or ``h_u·e_i`` (``"ego"``).
+* **central** (:class:`LightGCN`, trained by :class:`RankingTrainer`): one graph of all users
+  and items; score ``h_u·h_i`` (``item_side="propagated"``, the LightGCN paper) or ``h_u·e_i``
+  (``"ego"``).
 * **local** (:func:`build_local_graphs`, :func:`local_forward`): FedLightGCN. User u sees only its
   second-order subgraph u – I_u – U_u: its own embedding, the embeddings of its items, and the
   anonymous neighbour embeddings that the matcher returned, each linked to the items it shares
@@ -37,7 +38,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from models.bpr import neg_log_sigmoid
+from models.bpr import neg_log_sigmoid, sample_negatives
+from models.metrics import full_ranking_metrics
+from models.trainer import Trainer
 
 
 def xavier_embeddings(n: int, dim: int, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -196,11 +199,12 @@ class LightGCN(torch.nn.Module):
         return out.mean()
 
 
-class CentralTrainer:
-    """Central LightGCN trained epoch by epoch: Adam on one (user, pos, neg) triple per training
-    interaction and epoch (LightGCN's sampler: a uniform negative outside the user's training
-    items), mean BPR + L2 of eq. 15 per minibatch. ``layers=0`` is BPR-MF (eq. 4 with K = 0 gives
-    h = e, so s_ui = e_u·e_i: Rendle et al.'s matrix factorisation with the same BPR loss).
+class RankingTrainer(Trainer):
+    """Central LightGCN trained epoch by epoch (models/trainer.py's interface): Adam on one
+    (user, pos, neg) triple per training interaction and epoch (LightGCN's sampler: a uniform
+    negative outside the user's training items), mean BPR + L2 of eq. 15 per minibatch.
+    ``layers=0`` is BPR-MF (eq. 4 with K = 0 gives h = e, so s_ui = e_u·e_i: Rendle et al.'s
+    matrix factorisation with the same BPR loss).
 
     ``train_epoch()`` runs one epoch and returns its mean loss; ``evaluate()`` ranks, for every
     user with test items, all items outside its training set and returns the mean Recall/NDCG/
@@ -213,22 +217,22 @@ class CentralTrainer:
         dim: int = 64,
         layers: int = 2,
         lr: float = 1e-3,
-        reg: float = 1e-4,
+        l2: float = 1e-4,
         batch_size: int = 2048,
         seed: int = 0,
         device: str | torch.device = "cpu",
         item_side: str = "propagated",
         eval_k: int = 20,
     ):
-        if dim < 1 or layers < 0 or batch_size < 1 or not lr > 0 or reg < 0 or eval_k < 1:
+        if dim < 1 or layers < 0 or batch_size < 1 or not lr > 0 or l2 < 0 or eval_k < 1:
             raise ValueError(
-                "need dim >= 1, layers >= 0, batch_size >= 1, lr > 0, reg >= 0, eval_k >= 1; got "
-                f"{dim}, {layers}, {batch_size}, {lr}, {reg}, {eval_k}"
+                "need dim >= 1, layers >= 0, batch_size >= 1, lr > 0, l2 >= 0, eval_k >= 1; got "
+                f"{dim}, {layers}, {batch_size}, {lr}, {l2}, {eval_k}"
             )
         if len(dataset.train) == 0:
             raise ValueError(f"dataset {dataset.name!r} has no training interactions")
         self.dataset, self.device = dataset, torch.device(device)
-        self.reg, self.batch_size, self.eval_k = reg, batch_size, eval_k
+        self.l2, self.batch_size, self.eval_k = l2, batch_size, eval_k
         gen = torch.Generator().manual_seed(seed)
         self.rng = np.random.default_rng(seed)
         self.model = LightGCN(dataset.n_users, dataset.n_items, dim, layers, item_side, gen)
@@ -250,9 +254,10 @@ class CentralTrainer:
         ]
         self.epochs_done = 0
 
-    def _negatives(self) -> np.ndarray:
-        from models.bpr import sample_negatives
+    def random_streams(self) -> dict:
+        return {"rng": self.rng}  # the epoch order and the negatives
 
+    def _negatives(self) -> np.ndarray:
         neg = np.empty(len(self.users_all), dtype=np.int64)
         for u, rows in self.rows_of:
             neg[rows] = sample_negatives(
@@ -260,7 +265,7 @@ class CentralTrainer:
             )
         return neg
 
-    def train_epoch(self) -> float:
+    def train_epoch(self) -> dict[str, float]:
         """One pass over the training interactions in a random order; the mean loss (eq. 15)."""
         self.model.train()
         order = self.rng.permutation(len(self.users_all))
@@ -272,19 +277,17 @@ class CentralTrainer:
                 torch.from_numpy(a[b]).to(self.device)
                 for a in (self.users_all, self.pos_all, neg_all)
             )
-            loss = self.model.loss(u, i, j, self.reg)
+            loss = self.model.loss(u, i, j, self.l2)
             self.optimizer.zero_grad()
             loss.backward()
             self.optimizer.step()
             total += float(loss.detach()) * len(b)
         self.epochs_done += 1
-        return total / len(order)
+        return {"loss": total / len(order)}
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Mean ranking metrics@eval_k over the users with test items (training items excluded)."""
-        from models.metrics import full_ranking_metrics
-
         if not self.eval_users:
             raise ValueError(f"dataset {self.dataset.name!r}: no user has test items")
         h_u, h_i = self.model()
@@ -314,14 +317,15 @@ def train_central(
     eval_every: int = 0,
     log=None,
 ) -> tuple[LightGCN, dict[str, float]]:
-    """Central LightGCN for ``epochs`` epochs (:class:`CentralTrainer`); returns the model and its
-    mean Recall/NDCG@k on the test set. ``log(epoch, metrics)`` every ``eval_every`` epochs."""
-    trainer = CentralTrainer(
+    """Central LightGCN for ``epochs`` epochs (:class:`RankingTrainer`, L2 weight α = ``reg``);
+    returns the model and its mean Recall/NDCG@k on the test set. ``log(epoch, metrics)`` every
+    ``eval_every`` epochs."""
+    trainer = RankingTrainer(
         dataset,
         dim=dim,
         layers=layers,
         lr=lr,
-        reg=reg,
+        l2=reg,
         batch_size=batch_size,
         seed=seed,
         device=device,

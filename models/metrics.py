@@ -25,6 +25,7 @@ __all__ = [
     "topk_excluding",
     "ranking_metrics",
     "full_ranking_metrics",
+    "own_table_ranking_metrics",
     "rmse",
     "mae",
     "next_item_metrics",
@@ -290,6 +291,25 @@ def full_ranking_metrics(
             ranked.append(_mask_and_rank(scores, train[start:stop], max(ks)).cpu())
     topk = torch.cat(ranked) if ranked else torch.zeros((0, max(ks)), dtype=torch.int64)
     return ranking_metrics(topk, test_items, ks)
+
+
+def own_table_ranking_metrics(
+    user_vecs: torch.Tensor,
+    item_mats: list[np.ndarray],
+    train_items: list[np.ndarray],
+    test_items: list[np.ndarray],
+    k: int,
+) -> dict[str, np.ndarray]:
+    """Per-user :func:`ranking_metrics` at ``k`` when user b scores every item with its own copy
+    ``item_mats[b]`` [n_items, d] of the item table (federated and decentralised users): scores
+    ``item_mats[b] @ user_vecs[b]``, training items excluded. When every entry of ``item_mats``
+    is the same array (one broadcast), the scores are one product ``user_vecs @ table.T``."""
+    if all(m is item_mats[0] for m in item_mats):
+        scores = user_vecs @ torch.from_numpy(item_mats[0]).T
+    else:
+        scores = torch.stack([torch.from_numpy(m) @ u for u, m in zip(user_vecs, item_mats)])
+    top = topk_excluding(scores, train_items, k)
+    return ranking_metrics(top, test_items, ks=(k,))
 
 
 # --------------------------------------------------------------------------- rating metrics

@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib
 
 PROTOCOLS: dict[str, str] = {
-    "fedmf": "protocols.fedmf:FedMF",
-    "dmf": "protocols.dmf:DMF",
+    "fedmf": "protocols.fedmf.protocol:FedMF",
+    "dmf": "protocols.dmf.protocol:DMF",
     "dgrec": "protocols.dgrec.protocol:DGREC",
     "dlgnn": "protocols.dlgnn.protocol:DLGNN",
     "ping": "protocols.ping:Ping",
@@ -15,7 +15,7 @@ PROTOCOLS: dict[str, str] = {
     "fedlightgcn": "protocols.fedpergnn.protocol:FedLightGCN",
     "dipsgnn": "protocols.dipsgnn.protocol:DIPSGNNProtocol",
     "verfedgnn": "protocols.verfedgnn.protocol:VerFedGNN",
-    "central": "protocols.central:Central",
+    "central": "protocols.central.protocol:Central",
 }
 DEFAULT_PROTOCOL = "fedmf"
 

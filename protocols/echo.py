@@ -26,7 +26,7 @@ from cluster import wire
 from cluster.message import node_id
 from data.types import RecDataset
 from nodes.deployment import Deployment, NodeSpec
-from nodes.node import Node, NodeContext, decode_shared, expect_kinds
+from nodes.node import Node, NodeContext, Shared, decode_shared, expect_kinds
 from protocols.base import Protocol, ProtocolConfig, require
 
 SERVER = node_id("server", 0)
@@ -49,18 +49,23 @@ class EchoConfig(ProtocolConfig):
         require(self.dim >= 1, "dim", "must be >= 1")
 
 
+@dataclasses.dataclass(frozen=True)
+class EchoPublic:
+    n_users: int  # users 0..n_users-1 take part
+
+
 class EchoServer(Node):
     role = "server"
 
     def __init__(self, nid: str, ctx: NodeContext):
         super().__init__(nid, ctx)
-        self.vector = np.zeros(ctx.shared["dim"], dtype=np.float32)
+        self.vector = np.zeros(self.config.dim, dtype=np.float32)
 
     def handle(self, phase: str, inbox) -> None:
         if phase == "download":
             expect_kinds(inbox, node=self.id)
             payload = wire.encode_dense(self.vector)  # one bytes object, sent to each user
-            for u in range(self.shared["n_users"]):
+            for u in range(self.public.n_users):
                 self.send("vector", node_id("user", u), payload)
         elif phase == "aggregate":
             expect_kinds(inbox, "echo", node=self.id)
@@ -84,7 +89,7 @@ class EchoUser(Node):
 
     def __init__(self, nid: str, ctx: NodeContext, user: int):
         super().__init__(nid, ctx)
-        self.delta = np.float32(client_delta(user, ctx.shared["increment"]))
+        self.delta = np.float32(client_delta(user, self.config.increment))
 
     @classmethod
     def handle_batch(cls, nodes, phase, inboxes) -> None:
@@ -108,8 +113,8 @@ class Echo(Protocol):
     def __init__(self, dataset: RecDataset, config: EchoConfig, seed: int):
         super().__init__(dataset, config, seed)
 
-    def shared(self) -> dict:
-        return {"n_users": self.dataset.n_users, **dataclasses.asdict(self.config)}
+    def shared(self) -> Shared:
+        return Shared(self.config, EchoPublic(self.dataset.n_users))
 
     def node_specs(self) -> list[NodeSpec]:
         return [NodeSpec(EchoServer, SERVER)] + [

@@ -12,7 +12,7 @@ import struct
 from cluster.message import node_id
 from data.types import RecDataset
 from nodes.deployment import Deployment, NodeSpec
-from nodes.node import Node, expect_kinds
+from nodes.node import Node, Shared, expect_kinds
 from protocols.base import Protocol, ProtocolConfig
 
 SERVER = node_id("server", 0)
@@ -23,13 +23,18 @@ class PingConfig(ProtocolConfig):
     pass
 
 
+@dataclasses.dataclass(frozen=True)
+class PingPublic:
+    n_users: int  # users 0..n_users-1 take part
+
+
 class PingServer(Node):
     role = "server"
 
     def handle(self, phase, inbox):
         if phase == "ping":
             payload = struct.pack("<q", self.round)
-            for u in range(self.shared["n_users"]):
+            for u in range(self.public.n_users):
                 self.send("ping", node_id("user", u), payload)
         elif phase == "collect":
             expect_kinds(inbox, "pong", node=self.id)
@@ -54,8 +59,8 @@ class Ping(Protocol):
     def __init__(self, dataset: RecDataset, config: PingConfig, seed: int):
         super().__init__(dataset, config, seed)
 
-    def shared(self) -> dict:
-        return {"n_users": self.dataset.n_users}
+    def shared(self) -> Shared:
+        return Shared(self.config, PingPublic(self.dataset.n_users))
 
     def node_specs(self) -> list[NodeSpec]:
         return [NodeSpec(PingServer, SERVER)] + [

@@ -17,13 +17,14 @@ from data.synthetic import synthetic
 from data.types import RecDataset
 from engine import RunSettings, run
 from models.bpr import sample_negatives
-from models.lightgcn import CentralTrainer, LightGCN, train_central
+from models.central import build_trainer
+from models.lightgcn import LightGCN, RankingTrainer, train_central
 from models.metrics import full_ranking_metrics
 from models.rating_gnn import build_rating_gnn
 from models.rating_gnn import train_central as train_rating_central
 from protocols.base import ConfigError, build_config
-from protocols.central import Central, CentralConfig
-from protocols.central.trainers import build_trainer
+from protocols.central.config import CentralConfig
+from protocols.central.protocol import Central
 
 # per model: small-data hyper-parameters under which 2 epochs visibly train
 FAST = {
@@ -64,14 +65,43 @@ def run_central(dataset, params, tmp_path, rounds=2, **settings):
 @pytest.mark.parametrize("model", list(FAST))
 def test_every_model_improves_in_two_epochs(small, model):
     """Ray-free: the curator's trainer, epoch by epoch (the same object the runner drives)."""
-    config = build_config(CentralConfig, {"model": model, "eval_k": 10, **FAST[model]})
-    trainer = build_trainer(small, config, seed=0, device=torch.device("cpu"))
+    trainer = central_trainer(small, model, seed=0)
     losses, evals = [], []
     for _ in range(2):
         losses.append(trainer.train_epoch()["loss"])
         evals.append(trainer.evaluate())
     check_improvement(model, evals[0], evals[1])
     assert np.isfinite(losses).all()
+
+
+def central_trainer(dataset, model: str, seed: int):
+    """The trainer the curator builds for ``model`` with the FAST parameters."""
+    c = build_config(CentralConfig, {"model": model, "eval_k": 10, **FAST[model]})
+    return build_trainer(
+        dataset,
+        model,
+        dim=c.dim,
+        layers=c.layers,
+        lr=c.lr,
+        l2=c.l2,
+        batch_size=c.batch_size,
+        eval_k=c.eval_k,
+        seed=seed,
+        device=torch.device("cpu"),
+        **c.trainer_options(),
+    )
+
+
+@pytest.mark.parametrize("model", ["lightgcn", "gat", "dipsgnn"])
+def test_a_trainer_restored_from_its_state_continues_exactly(small, model):
+    """One trainer family, one checkpoint state: model, optimizer, random streams, epochs."""
+    trainer = central_trainer(small, model, seed=0)
+    trainer.train_epoch()
+    state = trainer.state_dict()
+    expected = (trainer.train_epoch(), trainer.evaluate(), trainer.epochs_done)
+    restored = central_trainer(small, model, seed=5)  # another start: the state decides
+    restored.load_state_dict(state)
+    assert (restored.train_epoch(), restored.evaluate(), restored.epochs_done) == expected
 
 
 def check_improvement(model: str, first: dict, last: dict) -> None:
@@ -115,8 +145,9 @@ def test_models_train_through_the_runner(ray_local, tmp_path, small, model):
         kw = {k: v for k, v in FAST[model].items()}
         _, expected = train_central(small, epochs=2, seed=0, eval_k=10, **kw)
         assert last == expected
-        trainer = CentralTrainer(small, seed=0, eval_k=10, **kw)
-        assert [r["train"]["loss"] for r in rows] == [trainer.train_epoch() for _ in range(2)]
+        trainer = RankingTrainer(small, seed=0, eval_k=10, **kw)
+        losses = [trainer.train_epoch()["loss"] for _ in range(2)]
+        assert [r["train"]["loss"] for r in rows] == losses
 
 
 @pytest.mark.ray
@@ -291,5 +322,9 @@ def test_rating_wrapper_equals_the_old_function(small, kind):
     history = train_rating_central(model(), small.train, small.test, **kw)
     assert history == old_rating_train_central(model(), small.train, small.test, **kw)
     trainer = RatingTrainer(model(), small.train, small.test, batch_size=64, seed=2)
-    assert history == [trainer.train_epoch() for _ in range(3)]
-    assert history[-1]["val_rmse"] == trainer.evaluate(small.test)
+    figures = [trainer.train_epoch() for _ in range(3)]
+    assert [h["train_loss"] for h in history] == [f["loss"] for f in figures]
+    assert [(h["train_rmse"], h["val_rmse"]) for h in history] == [
+        (f["train_rmse"], f["val_rmse"]) for f in figures
+    ]
+    assert history[-1]["val_rmse"] == trainer.rmse(small.test)

@@ -58,7 +58,7 @@ def test_labels_and_baselines():
     assert baseline_of("dipsgnn", {}) == "central:dipsgnn"
     assert baseline_of("central", {"model": "lightgcn"}) is None
     # every baseline named is a model protocols/central has
-    from protocols.central import MODEL_DEFAULTS
+    from protocols.central.config import MODEL_DEFAULTS
 
     for label in QUICK:
         protocol, params = parse_label(label)

@@ -28,7 +28,7 @@ from protocols.dgrec.messages import decode_held, decode_share
 from protocols.dgrec.protocol import DGREC
 from protocols.dgrec.sampling import sample_neighbourhood
 from protocols.dlgnn.protocol import DLGNN
-from protocols.dmf import DMF
+from protocols.dmf.protocol import DMF
 
 pytestmark = pytest.mark.ray
 

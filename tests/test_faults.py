@@ -17,7 +17,8 @@ from engine import RunSettings, deploy, resume, run
 from nodes.conditions import LINKS, Conditions
 from nodes.deployment import Deployment, HostLostError, NodeSpec
 from nodes.node import Node
-from protocols.fedmf import FedMF, FedMFConfig
+from protocols.fedmf.config import FedMFConfig
+from protocols.fedmf.protocol import FedMF
 
 sys.path.insert(0, str(Path(__file__).parent))
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/

@@ -8,11 +8,13 @@ import math
 import numpy as np
 import pytest
 
+from cluster.message import index_of, role_of
 from data.synthetic import synthetic
 from engine import deploy
 from protocols.base import build_config
-from protocols.dmf import DMF
-from protocols.fedmf import FedMF
+from protocols.dmf.protocol import DMF
+from protocols.fedmf.messages import decode_item_grads
+from protocols.fedmf.protocol import FedMF
 
 pytestmark = pytest.mark.ray
 
@@ -112,23 +114,22 @@ def test_fedmf_messages_carry_no_raw_interactions(ray_local):
         dataset=ds,
         tap=True,
     )
-    kinds = {(m.src.split("/")[0], m.kind) for m in out["tapped"]}
+    kinds = {(role_of(m.src), m.kind) for m in out["tapped"]}
     assert kinds <= {
         ("server", "item_factors"),
         ("user", "item_grads"),
         ("server", "eval_item_factors"),
     }
-    from protocols.sparse_rows import decode_rows as decode_item_grads
 
     train_items = ds.train.items_by_user(ds.n_users)
     for m in out["tapped"]:
         if m.kind == "item_grads":
-            ids, grads = decode_item_grads(m.payload)
+            ids, grads = decode_item_grads(m.payload, ds.n_items)
             assert len(ids) == 8 and grads.shape == (
                 8,
                 8,
             )  # fixed size, whatever the user's history
-            u = int(m.src.split("/")[1])
+            u = index_of(m.src)
             assert (
                 np.isin(ids[:4], train_items[u]).all()
                 and not np.isin(ids[4:], train_items[u]).any()

@@ -13,6 +13,7 @@ from models.metrics import (
     full_ranking_metrics,
     mae,
     next_item_metrics,
+    own_table_ranking_metrics,
     popularity_scores,
     ranking_metrics,
     rmse,
@@ -140,6 +141,23 @@ def test_chunked_full_ranking_equals_unchunked_and_direct():
     from_numpy = full_ranking_metrics(users.numpy(), items.numpy(), csr, test, ks=ks, chunk=9)
     for key in small:
         np.testing.assert_array_equal(small[key], from_numpy[key])
+
+
+def test_own_table_ranking_one_broadcast_equals_per_user_copies():
+    """Users scoring against one shared item table (one product) or against their own equal
+    copies (one product each) get the same metrics as full_ranking_metrics."""
+    g = torch.Generator().manual_seed(0)
+    users, items = torch.randn(5, 4, generator=g), torch.randn(30, 4, generator=g)
+    train = [np.array([u, u + 5]) for u in range(5)]
+    test = [np.array([10 + u, 20]) for u in range(5)]
+    table = items.numpy()
+    shared = own_table_ranking_metrics(users, [table] * 5, train, test, 7)
+    copies = own_table_ranking_metrics(users, [table.copy() for _ in range(5)], train, test, 7)
+    direct = full_ranking_metrics(users, items, train, test, ks=(7,))
+    assert shared.keys() == copies.keys() == direct.keys()
+    for name in shared:
+        np.testing.assert_allclose(shared[name], copies[name], rtol=1e-12)
+        np.testing.assert_array_equal(shared[name], direct[name])
 
 
 def test_ranking_metrics_errors():

@@ -14,7 +14,7 @@ def test_hosts_spread_over_nodes_with_gpu_shares():
     from data.synthetic import synthetic
     from engine import deploy
     from protocols.base import build_config
-    from protocols.fedmf import FedMF
+    from protocols.fedmf.protocol import FedMF
 
     if ray.is_initialized():
         ray.shutdown()

@@ -9,8 +9,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from data.types import Interactions
+from data.splits import random_split
+from data.types import Interactions, RecDataset
 from models.rating_gnn.model import RatingGNN, rating_edges
+from models.trainer import Trainer
 
 RatingTriples = Interactions | tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -78,13 +80,16 @@ def global_mean_rmse(train: RatingTriples, test: RatingTriples) -> float:
     return float(np.sqrt(np.mean((r_test - r_train.mean()) ** 2)))
 
 
-class RatingTrainer:
-    """Centralized RatingGNN trained epoch by epoch: Adagrad on eq. 5 over shuffled minibatches of
-    the training ratings, each step a full-graph propagation.
+class RatingTrainer(Trainer):
+    """Centralized RatingGNN trained epoch by epoch (models/trainer.py's interface): Adagrad on
+    eq. 5 over shuffled minibatches of the training ratings, each step a full-graph propagation.
 
-    ``train_epoch()`` runs one epoch and returns its history entry {"epoch", "train_loss",
-    "train_rmse", "val_rmse"}; ``evaluate(data)`` is the RMSE on ``data`` with r̂ clamped to
-    ``rating_range`` (default: (min, max) of the training ratings, as the authors do)."""
+    ``train_epoch()`` runs one epoch and returns {"loss", "train_rmse"} and "val_rmse" when there
+    is a validation set; ``evaluate()`` returns the RMSE on ``test`` ("rmse" = "test_rmse"), the
+    RMSE of predicting the training mean ("global_mean_rmse") and "val_rmse" when there is a
+    validation set; ``rmse(data)`` is the RMSE on any ``data``. Predictions are clamped to
+    ``rating_range`` (default: (min, max) of the training ratings, as the authors do).
+    :meth:`from_dataset` builds the model and the split of a dataset."""
 
     def __init__(
         self,
@@ -92,6 +97,7 @@ class RatingTrainer:
         train: RatingTriples,
         val: RatingTriples | None = None,
         *,
+        test: RatingTriples | None = None,
         lr: float = 0.05,
         batch_size: int = 1024,
         l2: float = 1e-3,
@@ -104,14 +110,16 @@ class RatingTrainer:
         if len(user) == 0:
             raise ValueError("train is empty")
         _check_ids(model, user, item, "train")
-        if val is not None:
-            vu, vi, _ = as_triples(val, "val")
-            _check_ids(model, vu, vi, "val")
+        for name, part in (("val", val), ("test", test)):
+            if part is not None:
+                pu, pi, _ = as_triples(part, name)
+                _check_ids(model, pu, pi, name)
         if rating_range is None:
             rating_range = (float(rating.min()), float(rating.max()))
-        self.model, self.val, self.l2, self.batch_size = model, val, l2, batch_size
+        self.model, self.val, self.test, self.l2, self.batch_size = model, val, test, l2, batch_size
         self.train_triples = (user, item, rating)
         self.rating_range = rating_range
+        self.global_mean_rmse = None if test is None else global_mean_rmse(train, test)
         dev = model.user_emb.weight.device
         if model.use_bias:
             model.global_mean.fill_(float(rating.mean()))
@@ -123,6 +131,52 @@ class RatingTrainer:
         )
         self.generator = torch.Generator().manual_seed(seed)
         self.epochs_done = 0
+
+    @classmethod
+    def from_dataset(
+        cls,
+        dataset: RecDataset,
+        *,
+        kind: str = "gcn",
+        dim: int = 6,
+        layers: int = 2,
+        lr: float = 0.05,
+        l2: float = 1e-3,
+        batch_size: int = 1024,
+        thd: float = 4.0,
+        activation: str = "sigmoid",
+        init_std: float = 0.1,
+        use_bias: bool = False,
+        val_fraction: float = 0.0,
+        seed: int = 0,
+        device: str | torch.device = "cpu",
+    ) -> RatingTrainer:
+        """Train on ``dataset``'s training ratings (less a per-user ``val_fraction`` held out for
+        validation, or the dataset's own validation part); test on its test ratings. The graph
+        is the training ratings ≥ ``thd``."""
+        train = dataset.train
+        val = dataset.val if dataset.val is not None and len(dataset.val) else None
+        if val is None and val_fraction > 0:
+            train, val = random_split(dataset.train, dataset.n_users, val_fraction, seed)
+        model = build_rating_gnn(
+            dataset.n_users,
+            dataset.n_items,
+            train,
+            thd=thd,
+            kind=kind,
+            dim=dim,
+            n_layers=layers,
+            activation=activation,
+            use_bias=use_bias,
+            init_std=init_std,
+            seed=seed,
+        ).to(device)
+        return cls(
+            model, train, val, test=dataset.test, lr=lr, batch_size=batch_size, l2=l2, seed=seed
+        )
+
+    def random_streams(self) -> dict:
+        return {"generator": self.generator}  # the epoch order
 
     def train_epoch(self) -> dict[str, float]:
         model, n = self.model, len(self.u_all)
@@ -140,17 +194,23 @@ class RatingTrainer:
             total += float(loss.detach()) * len(idx)
             count += len(idx)
         self.epochs_done += 1
-        entry = {
-            "epoch": float(self.epochs_done),
-            "train_loss": total / count,
-            "train_rmse": self.evaluate(self.train_triples),
-            "val_rmse": math.nan,
-        }
+        out = {"loss": total / count, "train_rmse": self.rmse(self.train_triples)}
         if self.val is not None:
-            entry["val_rmse"] = self.evaluate(self.val)
-        return entry
+            val_rmse = self.rmse(self.val)
+            if not math.isnan(val_rmse):  # a diverged model reports no validation figure
+                out["val_rmse"] = val_rmse
+        return out
 
-    def evaluate(self, data: RatingTriples) -> float:
+    def evaluate(self) -> dict[str, float]:
+        if self.test is None:
+            raise ValueError("RatingTrainer.evaluate: no test ratings were given")
+        test = self.rmse(self.test)
+        out = {"rmse": test, "test_rmse": test, "global_mean_rmse": self.global_mean_rmse}
+        if self.val is not None:
+            out["val_rmse"] = self.rmse(self.val)
+        return out
+
+    def rmse(self, data: RatingTriples) -> float:
         """RMSE on ``data`` (r̂ clamped to the rating range)."""
         return evaluate_rmse(self.model, data, self.rating_range)
 
@@ -168,7 +228,7 @@ def train_central(
     rating_range: tuple[float, float] | None = None,
 ) -> list[dict[str, float]]:
     """Adagrad on eq. 5 for ``epochs`` epochs (:class:`RatingTrainer`); returns the per-epoch
-    history {"epoch", "train_loss", "train_rmse", "val_rmse"}."""
+    history {"epoch", "train_loss", "train_rmse", "val_rmse"} (NaN without ``val``)."""
     if epochs < 0:
         raise ValueError(f"need epochs >= 0, got {epochs}")
     trainer = RatingTrainer(
@@ -181,4 +241,15 @@ def train_central(
         seed=seed,
         rating_range=rating_range,
     )
-    return [trainer.train_epoch() for _ in range(epochs)]
+    history = []
+    for _ in range(epochs):
+        figures = trainer.train_epoch()
+        history.append(
+            {
+                "epoch": float(trainer.epochs_done),
+                "train_loss": figures["loss"],
+                "train_rmse": figures["train_rmse"],
+                "val_rmse": figures.get("val_rmse", math.nan),
+            }
+        )
+    return history

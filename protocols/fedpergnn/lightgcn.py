@@ -23,7 +23,7 @@ from models.bpr import neg_log_sigmoid
 from models.lightgcn import build_local_graphs, local_forward
 from nodes.node import decode_shared, expect_kinds
 from privacy.ldp import choose_pseudo_items, perturbed_upload
-from protocols.fedmf import evaluate_users as rank_items
+from protocols.evaluation import evaluate_users as rank_items
 from protocols.fedpergnn import messages as msg
 
 EVAL_CHUNK = 512  # users ranked in one pass at evaluation

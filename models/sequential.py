@@ -1,5 +1,6 @@
 """The DIPSGNN network without noise, trained centrally: the non-private sequential baseline
-(APGNN-style with clean user features; SR-GNN-style with ``use_features=False``).
+(APGNN-style with clean user features; SR-GNN-style with ``use_features=False``), a trainer of
+models/trainer.py's family.
 
 Data as the dipsgnn protocol prepares it (protocols/dipsgnn): every interaction (the dataset's
 train, val and test parts pooled) ordered by time per user, the ``max_len`` most recent kept; users
@@ -9,8 +10,9 @@ with at least two items take part; a sequence s of length L splits at n_tr = ⌊
     test:   s[:j] → s[j]   for j = max(n_tr, 1) .. L − 1
 
 One epoch = protocols/dipsgnn/training.py ``train_epoch`` with σ = 0 (eqs. 4–13, Adam); the
-evaluation ranks all items for every test prefix (``rank_prefixes``) and reports Recall@K and
-MRR@K, K = 5, 10, 20, averaged over all test positions (as the dipsgnn protocol's evaluate).
+evaluation ranks all items for every test prefix (``rank_prefixes``, ties by the lower item id)
+and reports Recall@K and MRR@K (models/metrics.py with the one target as the test set), K = 5,
+10, 20 and ``eval_k``, averaged over all test positions (as the dipsgnn protocol's evaluate).
 User features are the clean encoding (numeric mapped to [−1, 1] with the dataset's range,
 categorical one-hot): what Algorithm 3 estimates without bias.
 """
@@ -23,6 +25,8 @@ import torch
 from data.sequences import training_prefixes, user_sequences
 from data.types import RecDataset
 from models.dipsgnn import DIPSGNN
+from models.metrics import ranking_metrics
+from models.trainer import Trainer
 from privacy.feature_perturbation import (
     encode_user_features,
     feature_vector_layout,
@@ -73,9 +77,11 @@ def clean_feature_matrix(
     return np.stack(rows) if rows else np.zeros((0, width), dtype=np.float32)
 
 
-class SequentialTrainer:
+class SequentialTrainer(Trainer):
     """The noiseless DIPSGNN network on the whole training data; ``train_epoch()`` → mean loss
-    (eq. 13), ``evaluate()`` → Recall/MRR@5/10/20 (and @eval_k) over all test positions."""
+    (eq. 13), ``evaluate()`` → Recall/MRR@5/10/20 (and @eval_k) over all test positions.
+    ``dim`` is the hidden size d, ``layers`` the T propagation steps, ``l2`` Adam's weight
+    decay."""
 
     def __init__(
         self,
@@ -83,9 +89,9 @@ class SequentialTrainer:
         *,
         use_features: bool = True,
         features: str = "age,gender,occupation",
-        hidden_dim: int = 100,
+        dim: int = 100,
         user_dim: int = 50,
-        steps: int = 1,
+        layers: int = 1,
         clip_norm: float = 0.5,
         max_edge_weight: float = 1.0,
         max_len: int = 100,
@@ -119,9 +125,9 @@ class SequentialTrainer:
                 dataset.n_items,
                 n_slots,
                 use_features=use_features,
-                hidden_dim=hidden_dim,
+                hidden_dim=dim,
                 user_dim=user_dim,
-                steps=steps,
+                steps=layers,
                 clip_norm=clip_norm,
                 sigma=0.0,
             ).to(self.device)
@@ -132,7 +138,10 @@ class SequentialTrainer:
         self.ks = tuple(sorted(set(KS) | {eval_k}))
         self.epochs_done = 0
 
-    def train_epoch(self) -> float:
+    def random_streams(self) -> dict:
+        return {"order_rng": self.order_rng, "noise": self.noise}
+
+    def train_epoch(self) -> dict[str, float]:
         loss = train_epoch(
             self.model,
             self.optimizer,
@@ -144,7 +153,7 @@ class SequentialTrainer:
             noise=self.noise,
         )
         self.epochs_done += 1
-        return loss
+        return {"loss": loss}
 
     def evaluate(self) -> dict[str, float]:
         top = rank_prefixes(
@@ -155,12 +164,12 @@ class SequentialTrainer:
             k=max(self.ks),
             max_weight=self.max_edge_weight,
         )
-        hit = top == self.test.target[:, None]
-        rank = np.where(hit.any(axis=1), hit.argmax(axis=1), top.shape[1])  # 0-based
-        out: dict[str, float] = {}
-        for k in self.ks:
-            inside = rank < k
-            out[f"recall@{k}"] = float(inside.mean())
-            out[f"mrr@{k}"] = float(np.where(inside, 1.0 / (rank + 1.0), 0.0).mean())
+        targets = list(self.test.target[:, None])  # one relevant item per test position
+        metrics = ranking_metrics(top, targets, ks=self.ks)
+        out = {
+            f"{name}@{k}": float(metrics[f"{name}@{k}"].mean())
+            for k in self.ks
+            for name in ("recall", "mrr")
+        }
         out["test_positions"] = float(len(self.test))
         return out

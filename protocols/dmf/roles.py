@@ -1,0 +1,95 @@
+"""dmf's one role: the user, with its factor p_u, its copy Q_u of the item factors (last column:
+the item biases) and its neighbours. Steps refer to protocol.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from cluster.message import node_id
+from models.bpr import bpr_grads, sample_pairs
+from nodes.node import Node, NodeContext, expect_kinds, node_seed
+from protocols.dmf import messages as msg
+from protocols.evaluation import evaluate_users
+
+
+class DMFUser(Node):
+    role = "user"
+
+    def __init__(self, nid: str, ctx: NodeContext, train_items, test_items, neighbours):
+        super().__init__(nid, ctx)
+        c, n_items = self.config, self.public.n_items
+        self.train_items = np.asarray(train_items, dtype=np.int64)
+        self.test_items = np.asarray(test_items, dtype=np.int64)
+        self.neighbours = [node_id("user", int(v)) for v in neighbours]
+        # Q_u: the same public initialisation on every device, derived from the run's seed
+        public = np.random.default_rng(node_seed(ctx.seed, "dmf-public-init"))
+        q = public.normal(0, c.init_std, (n_items, c.dim + 1)).astype(np.float32)
+        q[:, -1] = 0.0  # item biases start at zero
+        self.item_factors = torch.from_numpy(q)
+        p = self.rng.normal(0, c.init_std, c.dim + 1).astype(np.float32)
+        p[-1] = 1.0  # the constant that multiplies the item bias
+        self.factor = torch.from_numpy(p)
+        self.seen: set[bytes] = set()  # nonces of the gradients applied this round
+
+    def handle(self, phase: str, inbox) -> None:
+        if phase == "train":
+            expect_kinds(inbox, node=self.id)
+            self._train()
+        elif phase.startswith("relay") or phase == "merge":
+            expect_kinds(inbox, msg.ITEM_GRADS, node=self.id)
+            hop = self.config.hops if phase == "merge" else int(phase[len("relay") :])
+            self._apply(inbox, hop, forward=phase != "merge")
+        elif phase == "eval":
+            if len(self.test_items):
+                k = self.config.eval_k
+                evaluate_users([self], self.factor[None], [self.item_factors.numpy()], k)
+        else:
+            super().handle(phase, inbox)
+
+    def _train(self) -> None:
+        """Step 1: a local BPR step on p_u and Q_u; the item gradients go to the neighbours."""
+        c = self.config
+        self.seen = set()
+        if self.rng.random() >= c.participation or len(self.train_items) == 0:
+            return
+        pos, neg = sample_pairs(self.rng, self.public.n_items, self.train_items, c.pairs)
+        q = self.item_factors
+        g = bpr_grads(
+            self.factor[None],
+            q[torch.from_numpy(pos)][None],
+            q[torch.from_numpy(neg)][None],
+            c.l2,
+        )
+        ids = np.concatenate([pos, neg])
+        rows = torch.cat([g.pos_items[0], g.neg_items[0]])
+        self.factor = self.factor - c.lr * g.user[0]
+        self.factor[-1] = 1.0
+        self.item_factors.index_add_(0, torch.from_numpy(ids), rows, alpha=-c.lr)
+        nonce = self.rng.bytes(msg.NONCE_BYTES)
+        self.seen.add(nonce)
+        payload = msg.encode_item_grads(nonce, ids, rows.numpy())
+        for v in self.neighbours:
+            if self.online(v):  # an offline neighbour cannot be reached this round
+                self.send(msg.ITEM_GRADS, v, payload)
+        self.report("loss", g.loss[0].item())
+
+    def _apply(self, inbox, hop: int, forward: bool) -> None:
+        """Steps 2–3: apply every gradient of ``inbox`` not seen before (whatever arrived: absent
+        neighbours' gradients are missing, not waited for) and, if ``forward``, pass it on to the
+        other neighbours reachable this round."""
+        c = self.config
+        weight = c.neighbour_weight**hop
+        for m in inbox:  # sorted by sender: the same result whatever the placement
+            nonce, grads = msg.decode_nonce(m.payload)
+            if nonce in self.seen:
+                continue
+            self.seen.add(nonce)
+            ids, rows = msg.decode_grads(grads, self.public.n_items)
+            self.item_factors.index_add_(
+                0, torch.from_numpy(ids), torch.from_numpy(rows), alpha=-c.lr * weight
+            )
+            if forward:
+                for v in self.neighbours:
+                    if v != m.src and self.online(v):
+                        self.send(msg.ITEM_GRADS, v, m.payload)

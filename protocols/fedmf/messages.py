@@ -1,0 +1,31 @@
+"""fedmf's payloads: the item factors Q (server → user, dense fp32) and a user's item gradients
+of its sampled slots (user → server, row-sparse: protocols/sparse_rows.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from cluster import wire
+from protocols.sparse_rows import decode_rows, encode_rows
+
+ITEM_FACTORS = "item_factors"  # round step 1
+EVAL_ITEM_FACTORS = "eval_item_factors"  # evaluation
+ITEM_GRADS = "item_grads"  # round step 2
+
+
+def encode_item_factors(q: torch.Tensor | np.ndarray) -> bytes:
+    return wire.encode_dense(q)
+
+
+def decode_item_factors(payload: bytes) -> np.ndarray:
+    return wire.decode_dense(payload)
+
+
+def encode_item_grads(ids: np.ndarray, rows: np.ndarray) -> bytes:
+    return encode_rows(ids, rows)
+
+
+def decode_item_grads(payload: bytes, n_items: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, rows)``; an id outside the catalogue raises WireError."""
+    return decode_rows(payload, n_items)

@@ -1,0 +1,71 @@
+"""fedmf — federated BPR matrix factorisation, FCF / FedeRank style (Ammad-ud-din et al. 2019;
+Anelli et al. 2021): the federated MF baseline, with plain (unencrypted, unperturbed) uploads.
+
+The server keeps the item factors Q; every user keeps its own factor p_u and its interactions on
+its device. One round (``run_round``):
+
+1. ``download``  the server samples |Ū| users and sends each the item factors Q (dense fp32).
+2. ``train``     each sampled user draws P (positive, negative) pairs from its own data, computes
+                 the BPR gradients (models/bpr.py), updates p_u locally with SGD and uploads the
+                 item gradients of its 2P sampled slots: ids + rows. Uploads have a fixed size, so
+                 their length says nothing about how many items the user has; the ids do reveal
+                 which items were sampled — the known leak of this baseline, which FedPerGNN's
+                 pseudo items hide.
+3. ``aggregate`` the server sums the uploads that arrived row by row (in a fixed order), averages
+                 over them and takes an Adam step on Q. A sampled user who is offline never
+                 uploads; with fewer than ``min_participants`` uploads (a run condition) the
+                 server skips the round's update and reports it (``skipped``).
+
+Evaluation (``eval_download``/``eval``): the server sends Q to every user, each user ranks all
+items it has not trained on with p_u·Q and reports its Recall/NDCG/Precision/Hit@K; that traffic
+is ledgered as evaluation, apart from protocol traffic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cluster.message import node_id
+from data.types import RecDataset
+from nodes.deployment import Deployment, NodeSpec, mean_report
+from nodes.node import Shared
+from protocols.base import Protocol
+from protocols.fedmf.config import FedMFConfig, FedMFPublic
+from protocols.fedmf.roles import SERVER, FedMFServer, FedMFUser
+
+
+class FedMF(Protocol):
+    name = "fedmf"
+    Config = FedMFConfig
+
+    def __init__(self, dataset: RecDataset, config: FedMFConfig, seed: int):
+        super().__init__(dataset, config, seed)
+        self.train_items = dataset.train.items_by_user(dataset.n_users)
+        self.test_items = dataset.test.items_by_user(dataset.n_users)
+
+    def shared(self) -> Shared:
+        return Shared(self.config, FedMFPublic(self.dataset.n_users, self.dataset.n_items))
+
+    def node_specs(self) -> list[NodeSpec]:
+        # the server and one user per user with training data (the others take no part)
+        users = [u for u in range(self.dataset.n_users) if len(self.train_items[u])]
+        specs = [NodeSpec(FedMFServer, SERVER, {"users": np.array(users)})]
+        for u in users:
+            private = {"train_items": self.train_items[u], "test_items": self.test_items[u]}
+            specs.append(NodeSpec(FedMFUser, node_id("user", u), private, packable=True))
+        return specs
+
+    def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:
+        dep.superstep(round_, "download", activate=[SERVER])  # step 1: Q to the sampled users
+        res = dep.superstep(round_, "train")  # step 2: local BPR step, item gradients up
+        agg = dep.superstep(round_, "aggregate")  # step 3: mean of the uploads, Adam on Q
+        return {
+            "loss": mean_report(res.reports, "loss"),
+            "participants": len(res.reports.get("loss", [])),
+            "skipped": len(agg.reports.get("skipped", [])),
+        }
+
+    def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:
+        dep.superstep(round_, "eval_download", activate=[SERVER])
+        res = dep.superstep(round_, "eval")
+        return {name: mean_report(res.reports, name) for name in sorted(res.reports)}

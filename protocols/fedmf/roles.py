@@ -1,0 +1,123 @@
+"""fedmf's nodes: the server (holds Q, samples users, averages their item gradients) and the user
+(holds p_u and its interactions, trains locally, evaluates on its device). Steps refer to
+protocol.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from cluster.message import node_id
+from models.bpr import bpr_grads, sample_pairs
+from nodes.node import Node, NodeContext, decode_shared, expect_kinds
+from protocols.base import sample_participants
+from protocols.evaluation import evaluate_users
+from protocols.fedmf import messages as msg
+from protocols.sparse_rows import step_on_mean
+
+SERVER = node_id("server", 0)
+EVAL_CHUNK = 1024  # users ranked in one pass at evaluation
+
+
+class FedMFServer(Node):
+    role = "server"
+
+    def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray):
+        super().__init__(nid, ctx)
+        c, n_items = self.config, self.public.n_items
+        self.users = np.asarray(users, dtype=np.int64)  # the registered clients
+        q = self.rng.normal(0.0, c.init_std, size=(n_items, c.dim)).astype(np.float32)
+        self.item_factors = torch.nn.Parameter(torch.from_numpy(q))
+        self.optimizer = torch.optim.Adam([self.item_factors], lr=c.lr_item)
+
+    def handle(self, phase: str, inbox) -> None:
+        if phase in ("download", "eval_download"):
+            expect_kinds(inbox, node=self.id)
+            users = self.users
+            if phase == "download":  # step 1: the round's |Ū| users
+                users = sample_participants(self.rng, users, self.config.users_per_round)
+            payload = msg.encode_item_factors(self.item_factors.detach())  # one bytes object
+            kind = msg.ITEM_FACTORS if phase == "download" else msg.EVAL_ITEM_FACTORS
+            for u in users:
+                self.send(kind, node_id("user", int(u)), payload)
+        elif phase == "aggregate":  # step 3
+            expect_kinds(inbox, msg.ITEM_GRADS, node=self.id)
+            if len(inbox) < max(1, self.min_participants):
+                self.report("skipped", 1.0)
+                return
+            n_items = self.item_factors.shape[0]
+            uploads = [msg.decode_item_grads(m.payload, n_items) for m in inbox]  # sender order
+            step_on_mean(self.item_factors, self.optimizer, uploads)
+        else:
+            super().handle(phase, inbox)
+
+    def get_item_factors(self) -> np.ndarray:
+        return self.item_factors.detach().numpy().copy()
+
+
+class FedMFUser(Node):
+    role = "user"
+
+    def __init__(self, nid: str, ctx: NodeContext, train_items: np.ndarray, test_items: np.ndarray):
+        super().__init__(nid, ctx)
+        c = self.config
+        self.train_items = np.asarray(train_items, dtype=np.int64)
+        self.test_items = np.asarray(test_items, dtype=np.int64)
+        p = self.rng.normal(0.0, c.init_std, size=c.dim).astype(np.float32)
+        self.factor = torch.from_numpy(p)
+
+    @classmethod
+    def handle_batch(cls, nodes, phase, inboxes) -> None:
+        if phase == "train":
+            cls._train(nodes, inboxes)
+        elif phase == "eval":
+            cls._evaluate(nodes, inboxes)
+        else:
+            raise ValueError(f"{cls.__name__}: no handler for phase {phase!r}")
+
+    @staticmethod
+    def _train(nodes: list[FedMFUser], inboxes) -> None:
+        """Step 2 for every sampled user of this host in one vectorised pass; row b of every
+        tensor depends on user b alone."""
+        for n, inbox in zip(nodes, inboxes):
+            expect_kinds(inbox, msg.ITEM_FACTORS, node=n.id)
+        q_list = decode_shared(inboxes, msg.ITEM_FACTORS, msg.decode_item_factors)
+        c, n_items = nodes[0].config, nodes[0].public.n_items
+        pairs = [sample_pairs(n.rng, n_items, n.train_items, c.pairs) for n in nodes]
+        q = torch.from_numpy(q_list[0])
+        if any(x is not q_list[0] for x in q_list):  # not a shared broadcast: gather per user
+            pos_f = torch.stack(
+                [torch.from_numpy(x)[torch.from_numpy(p)] for x, (p, _) in zip(q_list, pairs)]
+            )
+            neg_f = torch.stack(
+                [torch.from_numpy(x)[torch.from_numpy(g)] for x, (_, g) in zip(q_list, pairs)]
+            )
+        else:
+            pos_f = q[torch.from_numpy(np.stack([p for p, _ in pairs]))]
+            neg_f = q[torch.from_numpy(np.stack([g for _, g in pairs]))]
+        users = torch.stack([n.factor for n in nodes])
+        g = bpr_grads(users, pos_f, neg_f, c.l2)
+        new_users = users - c.lr_user * g.user
+        for b, n in enumerate(nodes):
+            n.factor = new_users[b].clone()
+            ids = np.concatenate(pairs[b])
+            rows = torch.cat([g.pos_items[b], g.neg_items[b]]).numpy()
+            n.send(msg.ITEM_GRADS, SERVER, msg.encode_item_grads(ids, rows))
+            n.report("loss", g.loss[b].item())
+
+    @staticmethod
+    def _evaluate(nodes: list[FedMFUser], inboxes) -> None:
+        q_list = decode_shared(inboxes, msg.EVAL_ITEM_FACTORS, msg.decode_item_factors)
+        users = [(n, q) for n, q in zip(nodes, q_list) if len(n.test_items)]
+        k = nodes[0].config.eval_k
+        for start in range(0, len(users), EVAL_CHUNK):
+            chunk = users[start : start + EVAL_CHUNK]
+            evaluate_users(
+                [n for n, _ in chunk],
+                torch.stack([n.factor for n, _ in chunk]),
+                [q for _, q in chunk],
+                k,
+            )
+
+    def get_factor(self) -> np.ndarray:
+        return self.factor.numpy().copy()
