@@ -38,6 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+KS = (5, 10, 20)  # the K of the Recall@K and MRR@K the network is judged by
+
 if TYPE_CHECKING:
     from data.sequences import SessionGraphBatch
 

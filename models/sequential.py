@@ -22,9 +22,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from data.sequences import training_prefixes, user_sequences
+from data.sequences import pooled_interactions, training_prefixes, user_sequences
 from data.types import RecDataset
-from models.dipsgnn import DIPSGNN
+from models.dipsgnn import DIPSGNN, KS
+from models.dipsgnn_training import rank_prefixes, train_epoch
 from models.metrics import ranking_metrics
 from models.trainer import Trainer
 from privacy.feature_perturbation import (
@@ -32,9 +33,6 @@ from privacy.feature_perturbation import (
     feature_vector_layout,
     feature_vector_length,
 )
-from protocols.dipsgnn.config import KS
-from protocols.dipsgnn.protocol import pooled_interactions
-from protocols.dipsgnn.training import rank_prefixes, train_epoch
 
 
 def chosen_features(dataset: RecDataset, features: str) -> dict[str, str]:

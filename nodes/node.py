@@ -81,10 +81,6 @@ class Node:
         """The protocol's record of public values (sizes, public catalogue, calibrated noise)."""
         return self.ctx.shared.public
 
-    @property
-    def shared(self) -> dict:
-        return self.ctx.shared
-
     def online(self, nid: str) -> bool:
         """Whether participant ``nid`` is reachable in the current round (what a device learns by
         trying to connect; see nodes/conditions.py). Evaluation phases see everyone online."""

@@ -14,6 +14,7 @@ from dp_accounting import rdp
 
 from data.sequences import training_prefixes
 from models.dipsgnn import DIPSGNN
+from models.dipsgnn_training import _batch
 from privacy.calibration import dpsgd_epsilon, dpsgd_noise_multiplier
 from protocols.dipsgnn.dpsgd import (
     clip_per_user,
@@ -22,7 +23,6 @@ from protocols.dipsgnn.dpsgd import (
     per_user_gradients,
     prefixes_by_user,
 )
-from protocols.dipsgnn.training import _batch
 
 N_ITEMS, N_FEATS = 15, 4
 SEQS = [

@@ -14,7 +14,6 @@ from cluster.message import node_id
 from protocols.base import ProtocolConfig, require
 
 SERVER = node_id("server", 0)  # the curator
-KS = (5, 10, 20)  # the K of Recall@K and MRR@K
 CALIBRATIONS = ("rigorous", "paper", "authors_code")
 
 

@@ -24,14 +24,14 @@ import torch
 
 from cluster.message import index_of
 from data.sequences import PrefixExamples, train_length, training_prefixes
-from models.dipsgnn import DIPSGNN
+from models.dipsgnn import DIPSGNN, KS
+from models.dipsgnn_training import rank_prefixes, train_epoch
 from models.metrics import next_item_metrics, topk_scores
 from nodes.node import Node, NodeContext, expect_kinds
 from privacy.feature_perturbation import encode_user_features, perturb_user_features
 from protocols.dipsgnn import messages
-from protocols.dipsgnn.config import KS, SERVER
+from protocols.dipsgnn.config import SERVER
 from protocols.dipsgnn.dpsgd import train_epoch_dpsgd
-from protocols.dipsgnn.training import rank_prefixes, train_epoch
 
 
 @dataclasses.dataclass(frozen=True)
