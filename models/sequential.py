@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from data.features import feature_cardinality, feature_values, public_ranges, select_features
 from data.sequences import pooled_interactions, training_prefixes, user_sequences
 from data.types import RecDataset
 from models.dipsgnn import DIPSGNN, KS
@@ -35,42 +36,16 @@ from privacy.feature_perturbation import (
 )
 
 
-def chosen_features(dataset: RecDataset, features: str) -> dict[str, str]:
-    """Name → kind of the user features the network uses (``"all"``: every one)."""
-    if not dataset.feature_kinds:
-        raise ValueError(f"dataset {dataset.name!r} has no user features")
-    if features == "all":
-        return dict(dataset.feature_kinds)
-    names = [n.strip() for n in features.split(",") if n.strip()]
-    missing = [n for n in names if n not in dataset.feature_kinds]
-    if not names or missing:
-        raise ValueError(
-            f"unknown feature(s) {missing or names} (dataset has {sorted(dataset.feature_kinds)})"
-        )
-    return {n: dataset.feature_kinds[n] for n in names}
-
-
 def clean_feature_matrix(
     dataset: RecDataset, users: np.ndarray, kinds: dict[str, str]
 ) -> np.ndarray:
     """[len(users), slots] float32: each user's clean feature vector (rows in ``users`` order)."""
-    cardinality = {
-        n: dataset.feature_cardinality[n] for n, k in kinds.items() if k == "categorical"
-    }
-    ranges = {
-        n: (float(np.min(dataset.user_features[n])), float(np.max(dataset.user_features[n])))
-        for n, k in kinds.items()
-        if k == "numeric"
-    }
-    rows = []
-    for u in users:
-        values = {
-            n: float(dataset.user_features[n][u])
-            if k == "numeric"
-            else int(dataset.user_features[n][u])
-            for n, k in kinds.items()
-        }
-        rows.append(encode_user_features(values, kinds, cardinality, ranges))
+    cardinality = feature_cardinality(dataset, kinds)
+    ranges = public_ranges(dataset, kinds)
+    rows = [
+        encode_user_features(feature_values(dataset, u, kinds), kinds, cardinality, ranges)
+        for u in users
+    ]
     width = feature_vector_length(feature_vector_layout(kinds, cardinality))
     return np.stack(rows) if rows else np.zeros((0, width), dtype=np.float32)
 
@@ -114,7 +89,7 @@ class SequentialTrainer(Trainer):
         self.features = None
         n_slots = 0
         if use_features:
-            feats = clean_feature_matrix(dataset, self.users, chosen_features(dataset, features))
+            feats = clean_feature_matrix(dataset, self.users, select_features(dataset, features))
             n_slots = feats.shape[1]
             self.features = torch.from_numpy(feats).to(self.device)
         with torch.random.fork_rng(devices=[]):

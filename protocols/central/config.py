@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+from data.features import FeatureSelectionError, select_features
 from data.types import RecDataset
 from models.central import RANKING, RATING, SEQUENTIAL, TASK_OF_MODEL
 from models.rating_gnn.model import ACTIVATIONS
@@ -116,14 +117,7 @@ def check_fits(dataset: RecDataset, c: CentralConfig) -> None:
                 f"model: 'dipsgnn' is sequential and dataset {name!r} has no timestamps"
             )
         if c.use_features:
-            if not dataset.feature_kinds:
-                raise ConfigError(
-                    f"use_features: dataset {name!r} has no user features (set use_features = false)"
-                )
-            names = [n.strip() for n in c.features.split(",") if n.strip()]
-            missing = [n for n in names if n not in dataset.feature_kinds]
-            require(
-                c.features == "all" or (bool(names) and not missing),
-                "features",
-                f"unknown feature(s) {missing} (dataset has {sorted(dataset.feature_kinds)})",
-            )
+            try:
+                select_features(dataset, c.features)
+            except FeatureSelectionError as e:
+                raise ConfigError(str(e)) from None
