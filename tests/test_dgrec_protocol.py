@@ -202,8 +202,7 @@ def test_no_public_items_sent_without_neighbour_items(ray_local):
     "cls,mechanism",
     [
         (DGREC, "onebit"),
-        # the same choreography with another encoder (slow: keeps issue 14's FedLightGCN kill
-        # acceptance in the default run within its time)
+        # the same choreography with another encoder (slow: the default run's time budget)
         pytest.param(DGREC, "laplace", marks=pytest.mark.slow),
         pytest.param(DLGNN, "laplace", marks=pytest.mark.slow),  # same choreography as DGREC's
     ],
@@ -240,8 +239,7 @@ def test_batched_users_get_what_they_get_one_by_one(ray_local):
 @pytest.mark.parametrize("cls", [DGREC, DLGNN])
 def test_checkpoint_holds_each_users_parameters_once(ray_local, cls):
     """A checkpoint stores each user's model about once: its parameters must not be views of
-    one flat vector (pickling a view writes the whole vector, once per parameter tensor — the
-    ciao checkpoint grew to 5.5 GB that way and Ray's memory monitor killed the run)."""
+    one flat vector (pickling a view writes the whole vector, once per parameter tensor)."""
     ds = small_dataset(n_users=12, n_items=300)
     out = run({"dim": 16}, rounds=2, dataset=ds, snapshot=True, cls=cls)
     assert out["train"][-1]["members"] > 0  # some users stepped (their parameters were rewritten)
