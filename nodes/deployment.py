@@ -388,3 +388,8 @@ def mean_report(reports: dict[str, list[float]], name: str) -> float:
     """Exact (order-independent) mean of a reported figure over the nodes that reported it."""
     values = reports.get(name, [])
     return math.fsum(values) / len(values) if values else float("nan")
+
+
+def mean_reports(reports: dict[str, list[float]]) -> dict[str, float]:
+    """Every reported figure's :func:`mean_report`, by name (e.g. a superstep's metrics)."""
+    return {name: mean_report(reports, name) for name in sorted(reports)}

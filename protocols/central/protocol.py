@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from cluster.message import node_id
 from data.types import RecDataset
-from nodes.deployment import Deployment, NodeSpec, mean_report
+from nodes.deployment import Deployment, NodeSpec, mean_reports
 from protocols.base import Protocol
 from protocols.central.config import CentralConfig, check_fits
 from protocols.central.roles import Curator
@@ -56,11 +56,11 @@ class Central(Protocol):
 
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:
         res = dep.superstep(round_, "train", activate=[CURATOR])  # one epoch
-        return {name: mean_report(res.reports, name) for name in sorted(res.reports)}
+        return mean_reports(res.reports)
 
     def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:
         res = dep.superstep(round_, "eval", activate=[CURATOR])
-        return {name: mean_report(res.reports, name) for name in sorted(res.reports)}
+        return mean_reports(res.reports)
 
     def privacy(self) -> dict:
         return {

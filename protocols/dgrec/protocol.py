@@ -91,7 +91,7 @@ from cluster.message import node_id
 from data.graphs import user_graph
 from data.types import RecDataset
 from models.dgrec_factory import n_shared
-from nodes.deployment import Deployment, NodeSpec, mean_report
+from nodes.deployment import Deployment, NodeSpec, mean_report, mean_reports
 from nodes.node import Shared
 from privacy.accountant import (
     PrivacyAccountant,
@@ -219,7 +219,7 @@ class DGREC(Protocol):
         if not self._stage1_done:
             self.stage1(dep, round_)
         res = dep.superstep(round_, "eval", activate=["user"])
-        return {name: mean_report(res.reports, name) for name in sorted(res.reports)}
+        return mean_reports(res.reports)
 
     def privacy(self) -> dict:
         c = self.config

@@ -80,7 +80,7 @@ from data.features import (
 )
 from data.sequences import pooled_interactions, train_length, user_sequences
 from data.types import RecDataset
-from nodes.deployment import Deployment, NodeSpec, mean_report
+from nodes.deployment import Deployment, NodeSpec, mean_report, mean_reports
 from nodes.node import Shared
 from privacy.accountant import PrivacyAccountant, gaussian_event, sampled_gaussian_event
 from privacy.calibration import (
@@ -253,7 +253,7 @@ class DIPSGNNProtocol(Protocol):
         dep.superstep(round_, "eval_context", activate=["user"])
         dep.superstep(round_, "eval_rank")
         res = dep.superstep(round_, "eval")
-        return {name: mean_report(res.reports, name) for name in sorted(res.reports)}
+        return mean_reports(res.reports)
 
     # ------------------------------------------------------------- privacy: the releases so far
 

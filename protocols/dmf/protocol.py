@@ -35,7 +35,7 @@ from __future__ import annotations
 from cluster.message import node_id
 from data.graphs import user_graph
 from data.types import RecDataset
-from nodes.deployment import Deployment, NodeSpec, mean_report
+from nodes.deployment import Deployment, NodeSpec, mean_report, mean_reports
 from nodes.node import Shared
 from protocols.base import Protocol
 from protocols.dmf.config import DMFConfig, DMFPublic
@@ -82,4 +82,4 @@ class DMF(Protocol):
 
     def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:
         res = dep.superstep(round_, "eval", activate=["user"])
-        return {name: mean_report(res.reports, name) for name in sorted(res.reports)}
+        return mean_reports(res.reports)

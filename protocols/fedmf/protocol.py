@@ -27,7 +27,7 @@ import numpy as np
 
 from cluster.message import node_id
 from data.types import RecDataset
-from nodes.deployment import Deployment, NodeSpec, mean_report
+from nodes.deployment import Deployment, NodeSpec, mean_report, mean_reports
 from nodes.node import Shared
 from protocols.base import Protocol
 from protocols.fedmf.config import FedMFConfig, FedMFPublic
@@ -68,4 +68,4 @@ class FedMF(Protocol):
     def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:
         dep.superstep(round_, "eval_download", activate=[SERVER])
         res = dep.superstep(round_, "eval")
-        return {name: mean_report(res.reports, name) for name in sorted(res.reports)}
+        return mean_reports(res.reports)

@@ -61,7 +61,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from cluster.message import index_of, node_id
 from data.types import Interactions, RecDataset
-from nodes.deployment import Deployment, NodeSpec, mean_report
+from nodes.deployment import Deployment, NodeSpec, mean_report, mean_reports
 from nodes.node import Shared
 from privacy import oprf
 from privacy.accountant import PrivacyAccountant, laplace_vector_event
@@ -237,7 +237,7 @@ class FedPerGNN(Protocol):
         res = dep.superstep(round_, "eval")
         if self.config.backbone == "gat":
             return {"rmse": gat.rmse_from_reports(res.reports)}
-        return {name: mean_report(res.reports, name) for name in sorted(res.reports)}
+        return mean_reports(res.reports)
 
     # --- attacks (measurement switches) ---------------------------------------------------------
     def _dictionary_attack(self, dep: Deployment) -> None:
