@@ -105,7 +105,7 @@ def representations(nodes: list, e_list: list[np.ndarray]) -> torch.Tensor:
 
 def evaluate_users(nodes: list, inboxes: list) -> None:
     """Step 4: each user with held-out items ranks every item it has not trained on by h_u·e_i
-    (Recall/NDCG@k, protocols/fedmf.py ``evaluate_users``)."""
+    (Recall/NDCG@k, protocols/evaluation.py ``evaluate_users``)."""
     e_list = decode_shared(inboxes, "eval_item_embeddings", wire.decode_dense)
     users = [(n, e) for n, e in zip(nodes, e_list) if len(n.test_items)]
     k = nodes[0].config.eval_k
