@@ -28,10 +28,11 @@ from models.dgrec_batched import (
     shared_parameters,
 )
 from models.metrics import ranking_metrics, topk_excluding
+from models.trainer import Trainer
 
 
-class HyperGNNTrainer:
-    """``train_epoch()`` / ``evaluate()`` like the other central trainers (protocols/central)."""
+class HyperGNNTrainer(Trainer):
+    """DGREC's model behind the centralized trainers' interface (models/trainer.py)."""
 
     def __init__(
         self,
@@ -93,7 +94,11 @@ class HyperGNNTrainer:
             total.mean().backward()
             self.optimizer.step()
             losses.append(float(total.mean().detach()))
+        self.epochs_done += 1
         return {"loss": float(np.mean(losses))}
+
+    def random_streams(self) -> dict[str, np.random.Generator]:
+        return {"rng": self.rng}
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:

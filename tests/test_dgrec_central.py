@@ -46,3 +46,15 @@ def test_bad_input_is_named() -> None:
         trainer(seed=1).__class__(
             [np.array([1])], [np.array([2])], [np.zeros(0, np.int64)], np.ones((3, 1)), lr=0.0
         )
+
+
+def test_a_restored_trainer_continues_exactly() -> None:
+    """The trainer family's contract (models/trainer.py): state_dict holds every next step."""
+    t = trainer()
+    t.train_epoch()
+    state = t.state_dict()
+    ahead = (t.train_epoch(), t.evaluate())
+    restored = trainer(seed=5)  # other initial weights and streams, replaced by the state
+    restored.load_state_dict(state)
+    assert restored.epochs_done == 1
+    assert (restored.train_epoch(), restored.evaluate()) == ahead
