@@ -620,3 +620,18 @@ def decode_blob(b: bytes | bytearray | memoryview) -> bytes:
     if length != r.remaining:
         raise r.fail(f"declared {length} bytes, buffer has {r.remaining}")
     return r.take(length, "data").tobytes()
+
+
+def encode_chunks(chunks: list[bytes], size: int) -> bytes:
+    """Equal-sized opaque chunks (e.g. 32-byte OPRF tokens) as one blob, in order."""
+    if any(len(c) != size for c in chunks):
+        raise WireError(f"chunks: every chunk must be {size} bytes")
+    return encode_blob(b"".join(chunks))
+
+
+def decode_chunks(b: bytes | bytearray | memoryview, size: int) -> list[bytes]:
+    """The chunks of :func:`encode_chunks`."""
+    raw = decode_blob(b)
+    if len(raw) % size:
+        raise WireError(f"chunks: {len(raw)} bytes is not a multiple of {size}")
+    return [raw[i : i + size] for i in range(0, len(raw), size)]

@@ -403,3 +403,14 @@ def test_specific_malformations_are_named():
 def test_non_bytes_input_is_a_type_error():
     with pytest.raises(TypeError, match="bytes"):
         wire.decode_dense("not bytes")
+
+
+def test_chunks_round_trip_and_refuse_ragged_input():
+    chunks = [bytes([i]) * 32 for i in range(3)]
+    payload = wire.encode_chunks(chunks, 32)
+    assert payload == wire.encode_blob(b"".join(chunks))  # the blob framing, nothing added
+    assert wire.decode_chunks(payload, 32) == chunks
+    with pytest.raises(wire.WireError, match="32 bytes"):
+        wire.encode_chunks([b"x" * 31], 32)
+    with pytest.raises(wire.WireError, match="multiple of 32"):
+        wire.decode_chunks(wire.encode_blob(b"x" * 33), 32)

@@ -10,14 +10,11 @@ from protocols.sparse_rows import decode_rows, encode_rows, rows_size
 
 
 def encode_tokens(tokens: list[bytes]) -> bytes:
-    return wire.encode_blob(b"".join(tokens))
+    return wire.encode_chunks(tokens, TOKEN_BYTES)
 
 
 def decode_tokens(payload: bytes) -> list[bytes]:
-    raw = wire.decode_blob(payload)
-    if len(raw) % TOKEN_BYTES:
-        raise wire.WireError(f"tokens: {len(raw)} bytes is not a multiple of {TOKEN_BYTES}")
-    return [raw[i : i + TOKEN_BYTES] for i in range(0, len(raw), TOKEN_BYTES)]
+    return wire.decode_chunks(payload, TOKEN_BYTES)
 
 
 # user -> key server: "send me your public key (N, e)" (a user that missed the key server's

@@ -16,21 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from privacy.oprf import TOKEN_BYTES
-
-
-def pack_tokens(tokens: list[bytes]) -> bytes:
-    """Concatenate 32-byte tokens (a blob payload's content)."""
-    if any(len(t) != TOKEN_BYTES for t in tokens):
-        raise ValueError(f"tokens must be {TOKEN_BYTES} bytes each")
-    return b"".join(tokens)
-
-
-def unpack_tokens(raw: bytes) -> list[bytes]:
-    if len(raw) % TOKEN_BYTES:
-        raise ValueError(f"token blob of {len(raw)} bytes is not a multiple of {TOKEN_BYTES}")
-    return [raw[i : i + TOKEN_BYTES] for i in range(0, len(raw), TOKEN_BYTES)]
-
 
 def intersect_positions(token_lists: list[list[bytes]]) -> list[np.ndarray]:
     """For each party's sorted token list, the positions of the common tokens, in the order of

@@ -124,7 +124,7 @@ class VerFedGNNServer(Node):
         """PSI: intersect the sorted token lists; answer each party with its common positions
         (at a rejoin: against the set-up's common tokens, so the aligned index is unchanged)."""
         expect_kinds(inbox, "psi_tokens", node=self.id)
-        lists = [psi.unpack_tokens(wire.decode_blob(m.payload)) for m in inbox]
+        lists = [wire.decode_chunks(m.payload, oprf.TOKEN_BYTES) for m in inbox]
         for toks, m in zip(lists, inbox):
             if toks != sorted(toks):
                 raise ValueError(f"{self.id}: tokens from {m.src} are not sorted")
@@ -264,7 +264,7 @@ class VerFedGNNParty(Node):
             tokens = self.psi_client.finalize(ids, wire.decode_bigints(inbox[0].payload))
             order = sorted(range(len(tokens)), key=lambda j: tokens[j])
             self.psi_sorted_users = self.user_ids[np.array(order, dtype=np.int64)]
-            payload = wire.encode_blob(psi.pack_tokens([tokens[j] for j in order]))
+            payload = wire.encode_chunks([tokens[j] for j in order], oprf.TOKEN_BYTES)
             self.send("psi_tokens", SERVER, payload)
         elif phase == "psi_align":
             expect_kinds(inbox, "psi_intersection", node=self.id)
