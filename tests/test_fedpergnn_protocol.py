@@ -437,3 +437,44 @@ def test_gradient_inference_on_real_uploads():
     print(f"gradient inference F1: clean {clean:.3f}, pseudo {pseudo:.3f}, pseudo+LDP {noisy:.3f}")
     assert clean > 0.8
     assert noisy < clean - 0.2
+
+
+def _first_round(params):
+    """(server's E after round 0, every item_grads upload of round 0, privacy) of a tapped run."""
+    ds = synthetic(n_users=30, n_items=60, avg_interactions=10, seed=0)
+    protocol = make({"dim": 16, "users_per_round": 10, "clip": 0.05, **params}, ds)
+    dep = deploy(protocol, "packed", 1, tap=True)
+    try:
+        protocol.run_round(dep, 0)
+        emb = dep.call("server/0", "get_item_embeddings")
+        uploads = [
+            msg.decode_item_grads(m.payload, ds.n_items)[1]
+            for m in dep.tapped
+            if m.kind == "item_grads"
+        ]
+    finally:
+        dep.close()
+    return emb, uploads, protocol.privacy(), protocol
+
+
+@pytest.mark.ray
+def test_authors_code_calibration_moves_the_noise_to_the_server(ray_local):
+    """calibration = authors_code: uploads are only clipped (the server sees them in the clear:
+    rigorous ε = ∞ beside the claimed 2δ/λ), and the server adds Laplace(η·λ/√B) to every weight
+    of E after the update — the difference from the same round without any noise."""
+    lam, lr = 0.05, 0.05
+    emb, uploads, priv, protocol = _first_round(
+        {"calibration": "authors_code", "laplace": lam, "lr_item": lr}
+    )
+    clean_emb, clean_uploads, _, _ = _first_round({"laplace": 0.0, "lr_item": lr})
+    assert len(uploads) == 10 and all(np.abs(u).max() <= 0.05 for u in uploads)
+    assert all(np.array_equal(a, b) for a, b in zip(uploads, clean_uploads, strict=True))
+    noise = emb - clean_emb
+    assert np.all(noise != 0)  # every weight, not only the rows the round touched
+    scale = lr * lam / math.sqrt(10)
+    assert abs(np.abs(noise).mean() / scale - 1) < 0.15  # E|Laplace(b)| = b; 960 draws
+    assert priv["calibration"] == "authors_code" and priv["epsilon"] == math.inf
+    assert priv["epsilon_per_coordinate_thesis"] == pytest.approx(2 * 0.05 / lam)
+    _, thesis_uploads, thesis_priv, _ = _first_round({"laplace": lam, "lr_item": lr})
+    assert any(np.abs(u).max() > 0.05 for u in thesis_uploads)  # the thesis: noisy uploads
+    assert thesis_priv["epsilon"] < math.inf

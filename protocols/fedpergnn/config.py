@@ -4,6 +4,7 @@ symbols in the comments."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import ClassVar
 
 from protocols.base import ProtocolConfig, require
@@ -24,6 +25,12 @@ class FedPerGNNConfig(ProtocolConfig):
     l2: float = 1e-3  # α
     clip: float = 5e-4  # δ
     laplace: float = 1e-5  # λ (0: no noise)
+    # where the Laplace noise goes: "thesis" — each user perturbs every uploaded coordinate,
+    # clip(·, −δ, δ) + Laplace(0, λ) (the thesis's ε = 2δ/λ per coordinate, local DP against the
+    # server); "authors_code" — as the authors' code: uploads are only clipped, and after each
+    # update the server adds Laplace(0, η·2δ/(√B·ε)) = Laplace(0, η·λ/√B) to every weight of E
+    # (and θ), B the round's uploads, η = lr_item, at the same claimed ε = 2δ/λ
+    calibration: str = "thesis"
     max_neighbors: int = 100
     key_bits: int = 2048
     expand_every: int = 0  # rounds between graph expansions; 0 = one epoch ⌈N/|Ū|⌉
@@ -45,6 +52,11 @@ class FedPerGNNConfig(ProtocolConfig):
         require(self.l2 >= 0, "l2", "must be >= 0")
         require(self.clip > 0, "clip", "must be > 0")
         require(self.laplace >= 0, "laplace", "must be >= 0")
+        require(
+            self.calibration in ("thesis", "authors_code"),
+            "calibration",
+            "must be thesis or authors_code",
+        )
         require(self.max_neighbors >= 0, "max_neighbors", "must be >= 0")
         require(self.key_bits in (1024, 2048, 3072, 4096), "key_bits", "must be 1024..4096")
         require(self.expand_every >= 0, "expand_every", "must be >= 0")
@@ -61,3 +73,17 @@ class FedPerGNNPublic:
     expand_period: int  # P: rounds between graph expansions; a user's graph is stale after it
     rating_min: float = 0.0  # the training ratings' range (gat backbone: predictions clamped)
     rating_max: float = 0.0
+
+
+def upload_laplace(config: FedPerGNNConfig) -> float:
+    """λ of the Laplace noise a user adds to its upload: the config's in the thesis's
+    calibration, none in the authors' code (whose noise the server adds to the model)."""
+    return config.laplace if config.calibration == "thesis" else 0.0
+
+
+def model_laplace(config: FedPerGNNConfig, uploads: int) -> float:
+    """Scale of the Laplace noise the server adds to every weight after an update of ``uploads``
+    users in the authors' code's calibration: η·λ/√B (= η·2δ/(√B·ε) with ε = 2δ/λ); 0 else."""
+    if config.calibration != "authors_code" or uploads < 1:
+        return 0.0
+    return config.lr_item * config.laplace / math.sqrt(uploads)

@@ -35,6 +35,7 @@ from models.fedpergnn_gat import (
 from nodes.node import decode_shared, expect_kinds
 from privacy.ldp import clip_and_laplace, perturbed_upload
 from protocols.fedpergnn import messages as msg
+from protocols.fedpergnn.config import upload_laplace
 
 _MODELS: dict[tuple[int, int], LocalGAT] = {}
 
@@ -76,10 +77,10 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         real = item_leaf.grad.detach()
         m = min(c.pseudo_items, n_items - len(n.train_items))
         ids, noisy, n.last_pseudo_items = perturbed_upload(
-            n_items, n.train_items, real, m, c.clip, c.laplace, g
+            n_items, n.train_items, real, m, c.clip, upload_laplace(c), g
         )
         n.send("item_grads", server, msg.encode_item_grads(ids, noisy))
-        w_noisy = clip_and_laplace(weights.grad.detach(), c.clip, c.laplace, g)
+        w_noisy = clip_and_laplace(weights.grad.detach(), c.clip, upload_laplace(c), g)
         n.send("gat_grads", server, wire.encode_dense(w_noisy))
         n.report("loss", loss.item())
 

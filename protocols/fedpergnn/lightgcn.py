@@ -25,6 +25,7 @@ from nodes.node import decode_shared, expect_kinds
 from privacy.ldp import choose_pseudo_items, perturbed_upload
 from protocols.evaluation import evaluate_users as rank_items
 from protocols.fedpergnn import messages as msg
+from protocols.fedpergnn.config import upload_laplace
 
 EVAL_CHUNK = 512  # users ranked in one pass at evaluation
 
@@ -84,7 +85,7 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         start += len(ids_real)
         _, m = msg.upload_counts(len(n.train_items), n_items, c.negatives, c.pseudo_items)
         ids, noisy, n.last_pseudo_items = perturbed_upload(
-            n_items, ids_real, real, m, c.clip, c.laplace, gens[b]
+            n_items, ids_real, real, m, c.clip, upload_laplace(c), gens[b]
         )
         n.send("item_grads", server, msg.encode_item_grads(ids, noisy))
         n.embedding = new_users[b].clone()

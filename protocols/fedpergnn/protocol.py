@@ -75,7 +75,7 @@ from privacy.attacks import (
 from privacy.ldp import laplace_epsilon_per_coordinate
 from protocols.base import Protocol
 from protocols.fedpergnn import gat
-from protocols.fedpergnn.config import FedPerGNNConfig, FedPerGNNPublic
+from protocols.fedpergnn.config import FedPerGNNConfig, FedPerGNNPublic, upload_laplace
 from protocols.fedpergnn.roles import MATCHER, SERVER, KeyServer, Matcher, Server, User
 
 REJOIN_STEPS = 7  # supersteps of the longest catch-up chain (see FedPerGNN.rejoin)
@@ -297,6 +297,7 @@ class FedPerGNN(Protocol):
     # --- privacy --------------------------------------------------------------------------------
     def _account(self, reports: dict[str, list[float]]) -> None:
         c = self.config
+        lam = upload_laplace(c)  # the noise on the upload the server receives
         worst = 0.0
         for name, values in sorted(reports.items()):
             if not name.startswith("upload_coords/"):
@@ -304,9 +305,9 @@ class FedPerGNN(Protocol):
             user = name.split("/", 1)[1]
             n = int(values[0])
             self.accountant.spend(
-                [user], laplace_vector_event(c.clip, c.laplace, _bucket(n)), "item_grad_upload"
+                [user], laplace_vector_event(c.clip, lam, _bucket(n)), "item_grad_upload"
             )
-            worst = max(worst, 2 * c.clip * n / c.laplace if c.laplace else math.inf)
+            worst = max(worst, 2 * c.clip * n / lam if lam else math.inf)
         self.round_epsilon.append(worst)
 
     def privacy(self) -> dict:
@@ -317,9 +318,15 @@ class FedPerGNN(Protocol):
             "epsilon_per_coordinate_thesis": laplace_epsilon_per_coordinate(c.clip, c.laplace),
             "epsilon_last_round_max_upload": self.round_epsilon[-1] if self.round_epsilon else 0.0,
             "privacy_delta": c.privacy_delta,
-            "mechanism": "clip to [-clip, clip] + Laplace(laplace) per coordinate of each upload; "
-            "rigorous ε composes each user's uploads (vector L1 sensitivity 2·clip·n, n rounded "
-            "up to 2^k or 1.5·2^k)",
+            "calibration": c.calibration,
+            "mechanism": (
+                "clip to [-clip, clip] + Laplace(laplace) per coordinate of each upload; "
+                if c.calibration == "thesis"
+                else "uploads clipped to [-clip, clip] only; the server adds "
+                "Laplace(lr_item·laplace/√B) to every weight after each update (authors' code); "
+            )
+            + "rigorous ε composes each user's uploads as the server receives them (vector L1 "
+            "sensitivity 2·clip·n, n rounded up to 2^k or 1.5·2^k)",
             "unprotected": "e_u goes to the matcher without noise (as in the paper)",
             "accountant": self.accountant.summary(),
             **({"attacks": dict(sorted(self.attack.items()))} if self.attack else {}),

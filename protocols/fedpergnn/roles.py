@@ -46,9 +46,11 @@ from models.lightgcn import xavier_rows
 from nodes.node import Node, NodeContext, expect_kinds, node_seed
 from privacy import oprf
 from privacy.key_server import BlindSigner, OprfClient
+from privacy.ldp import laplace_noise
 from protocols.base import sample_participants
 from protocols.fedpergnn import gat, lightgcn
 from protocols.fedpergnn import messages as msg
+from protocols.fedpergnn.config import model_laplace
 from protocols.sparse_rows import step_on_mean
 
 SERVER = node_id("server", 0)
@@ -211,6 +213,13 @@ class Server(Node):
             step_on_mean(self.item_emb, self.optimizer, uploads)
             if self.gat_weights is not None:
                 gat.step_on_mean_dense(self.gat_weights, self.gat_optimizer, model_uploads)
+            scale = model_laplace(self.config, len(uploads))
+            if scale:  # the authors' code: noise on every weight of the updated model
+                g = self.torch_generator()
+                with torch.no_grad():
+                    for w in (self.item_emb, self.gat_weights):
+                        if w is not None:
+                            w.add_(laplace_noise(w.shape, scale, g).to(w.dtype))
         else:
             super().handle(phase, inbox)
 
