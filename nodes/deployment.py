@@ -390,6 +390,18 @@ def mean_report(reports: dict[str, list[float]], name: str) -> float:
     return math.fsum(values) / len(values) if values else float("nan")
 
 
+def training_figures(train: StepResult, aggregate: StepResult | None = None) -> dict[str, float]:
+    """A round's training figures: the mean reported ``loss``, how many nodes reported one
+    (``participants``) and, given the aggregation step, how many updates were ``skipped``."""
+    out = {
+        "loss": mean_report(train.reports, "loss"),
+        "participants": len(train.reports.get("loss", [])),
+    }
+    if aggregate is not None:
+        out["skipped"] = len(aggregate.reports.get("skipped", []))
+    return out
+
+
 def mean_reports(reports: dict[str, list[float]]) -> dict[str, float]:
     """Every reported figure's :func:`mean_report`, by name (e.g. a superstep's metrics)."""
     return {name: mean_report(reports, name) for name in sorted(reports)}

@@ -35,7 +35,7 @@ from __future__ import annotations
 from cluster.message import node_id
 from data.graphs import user_graph
 from data.types import RecDataset
-from nodes.deployment import Deployment, NodeSpec, mean_report, mean_reports
+from nodes.deployment import Deployment, NodeSpec, mean_reports, training_figures
 from nodes.node import Shared
 from protocols.base import Protocol
 from protocols.dmf.config import DMFConfig, DMFPublic
@@ -75,10 +75,7 @@ class DMF(Protocol):
         for hop in range(1, self.config.hops):  # step 2
             dep.superstep(round_, f"relay{hop}")
         dep.superstep(round_, "merge")  # step 3
-        return {
-            "loss": mean_report(res.reports, "loss"),
-            "participants": len(res.reports.get("loss", [])),
-        }
+        return training_figures(res)
 
     def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:
         res = dep.superstep(round_, "eval", activate=["user"])

@@ -27,7 +27,7 @@ import numpy as np
 
 from cluster.message import node_id
 from data.types import RecDataset
-from nodes.deployment import Deployment, NodeSpec, mean_report, mean_reports
+from nodes.deployment import Deployment, NodeSpec, mean_reports, training_figures
 from nodes.node import Shared
 from protocols.base import Protocol
 from protocols.fedmf.config import FedMFConfig, FedMFPublic
@@ -59,11 +59,7 @@ class FedMF(Protocol):
         dep.superstep(round_, "download", activate=[SERVER])  # step 1: Q to the sampled users
         res = dep.superstep(round_, "train")  # step 2: local BPR step, item gradients up
         agg = dep.superstep(round_, "aggregate")  # step 3: mean of the uploads, Adam on Q
-        return {
-            "loss": mean_report(res.reports, "loss"),
-            "participants": len(res.reports.get("loss", [])),
-            "skipped": len(agg.reports.get("skipped", [])),
-        }
+        return training_figures(res, agg)
 
     def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:
         dep.superstep(round_, "eval_download", activate=[SERVER])

@@ -61,7 +61,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from cluster.message import index_of, node_id
 from data.types import Interactions, RecDataset
-from nodes.deployment import Deployment, NodeSpec, mean_report, mean_reports
+from nodes.deployment import Deployment, NodeSpec, mean_reports, training_figures
 from nodes.node import Shared
 from privacy import oprf
 from privacy.accountant import PrivacyAccountant, laplace_vector_event
@@ -225,11 +225,7 @@ class FedPerGNN(Protocol):
         self._account(agg.reports)
         if self.config.attack_gradient_inference:
             self._gradient_inference(dep)
-        return {
-            "loss": mean_report(res.reports, "loss"),
-            "participants": len(res.reports.get("loss", [])),
-            "skipped": len(agg.reports.get("skipped", [])),
-        }
+        return training_figures(res, agg)
 
     def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:
         """Step 4: E (and θ) to every user; each ranks (lightgcn) or rates (gat) held-out items."""
