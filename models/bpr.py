@@ -40,6 +40,18 @@ def sample_negatives(
     return out[:count]
 
 
+def hold_out(
+    rng: np.random.Generator, items: np.ndarray, fraction: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Split one user's items into (kept, held out): round(fraction·n) drawn without replacement,
+    at most n − 1 so that something is left to train on; both sorted."""
+    items = np.asarray(items, dtype=np.int64)
+    n_out = min(int(round(fraction * len(items))), max(len(items) - 1, 0))
+    out = np.zeros(len(items), dtype=bool)
+    out[rng.choice(len(items), size=n_out, replace=False)] = True
+    return np.sort(items[~out]), np.sort(items[out])
+
+
 def sample_pairs(
     rng: np.random.Generator, n_items: int, positives: np.ndarray, count: int
 ) -> tuple[np.ndarray, np.ndarray]:

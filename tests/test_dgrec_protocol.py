@@ -321,8 +321,65 @@ def test_small_synthetic_run_beats_popularity(ray_local):
         ("beta", 0.0),
         ("model", "mf"),
         ("loss_reduction", "max"),
+        ("validation", 1.0),
+        ("validate_every", 0),
+        ("lr_decay", -0.1),
     ],
 )
 def test_bad_config_names_the_parameter(key, value):
     with pytest.raises(ConfigError, match=key):
         build_config(DGREC.Config, {key: value})
+
+
+def test_held_out_items_never_leave_a_user_nor_count_as_test_candidates(ray_local):
+    """``validation``: a user's held-out items are neither trained on nor publicized (ρ = 1
+    publicizes every item it trains on) and the evaluation does not rank them."""
+    ds = small_dataset()
+    out = run({"validation": 0.25, "validate_every": 1}, rounds=1, dataset=ds, inspect=True)
+    train = ds.train.items_by_user(ds.n_users)
+    for u, public in out["public"].items():
+        held = round(0.25 * len(train[u]))
+        assert len(public) == len(train[u]) - held and np.isin(public, train[u]).all()
+    assert out["train"][0]["kept_round"] == 0 and "valid_ndcg" in out["metrics"]
+
+
+def test_evaluation_ranks_with_the_kept_model():
+    """A user keeps a copy of its model when its NDCG@K on its held-out items is at least its best
+    so far, and is evaluated with the kept copy, not with its current model."""
+    import torch
+
+    from nodes.node import NodeContext
+    from protocols.dgrec.ranking import rank
+
+    ds = small_dataset(n_users=16, n_items=60)
+    protocol = DGREC(ds, build_config(DGREC.Config, {**SMALL, "validation": 0.3}), seed=3)
+    ctx = NodeContext(3, torch.device("cpu"), protocol.shared())
+    users = [s.cls(s.nid, ctx, **s.kwargs) for s in protocol.node_specs()]
+    none = [[] for _ in users]
+
+    def evaluate():
+        rank(users, none, "eval")
+        return [u._drain()[1]["ndcg@20"] for u in users]
+
+    before = evaluate()
+    for u in users:
+        u.round = 0
+    rank(users, none, "validate")  # the first check keeps every model
+    assert all(u.best_round == 0 and u.best_model is not None for u in users)
+    with torch.no_grad():  # every model moves on
+        for u in users:
+            for p in u.model.parameters():
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(7)))
+            u.round = 1
+    for i, u in enumerate(users):  # half do worse on their held-out items, half better
+        u.keep_if_best(u.best_score - 1.0 if i % 2 else u.best_score + 1.0)
+    after = evaluate()
+    for i, u in enumerate(users):
+        kept = list(u.best_model.parameters())
+        if i % 2:
+            assert u.best_round == 0 and after[i] == before[i]
+            assert not all(torch.equal(a, b) for a, b in zip(kept, u.model.parameters()))
+        else:
+            assert u.best_round == 1
+            assert all(torch.equal(a, b) for a, b in zip(kept, u.model.parameters()))
+    assert after != before

@@ -12,6 +12,13 @@ Ablations (the paper's Table 3): ``use_hypergraph``, ``use_bipartite``, ``intere
 ``pearson`` (models/dgrec.py), ``use_public`` (no neighbours' publicized items), and
 ``mechanism = "laplace"`` (clip + Laplace(λ) float gradients instead of one-bit; λ = 2δ/β by default,
 the same per-element ε) or ``"float"`` (raw float gradients, no privacy).
+
+The end of a run (not in the paper; both off by default, which is the paper's DGREC). Each user's own
+copy over-fits its own pairs after a while. ``validation = f``: each user holds out a fraction f of
+its own training items (drawn with its own RNG; never trained on, never publicized), scores them
+with its current model every ``validate_every`` rounds and keeps a copy of the model whenever its
+NDCG@K on them is at least its best so far; evaluation ranks with the kept copy. ``lr_decay = c``:
+step size lr / (1 + c·t) in round t. Both are local to the user: no message, no privacy spent.
 """
 
 from __future__ import annotations
@@ -63,6 +70,10 @@ class DGRECConfig(ProtocolConfig):
     interest_attention: bool = True
     pearson: bool = True
     use_public: bool = True
+    # the end of a run (module docstring; 0 = the paper)
+    validation: float = 0.0  # fraction of its own training items a user holds out
+    validate_every: int = 10  # rounds between a user's validation checks
+    lr_decay: float = 0.0  # lr / (1 + lr_decay·t) in round t
     # accounting
     privacy_delta: float = 1e-5
     # runtime: a host computes its users' training and evaluation in one batched pass
@@ -87,6 +98,9 @@ class DGRECConfig(ProtocolConfig):
         require(self.l2 >= 0, "l2", "must be >= 0")
         require(self.init_std > 0, "init_std", "must be > 0")
         require(0 < self.privacy_delta < 1, "privacy_delta", "must be in (0, 1)")
+        require(0.0 <= self.validation < 1.0, "validation", "must be in [0, 1)")
+        require(self.validate_every >= 1, "validate_every", "must be >= 1")
+        require(self.lr_decay >= 0, "lr_decay", "must be >= 0")
 
     def laplace_lambda(self) -> float:
         return self.laplace_scale if self.laplace_scale > 0 else 2 * self.clip / self.beta

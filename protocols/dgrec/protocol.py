@@ -71,7 +71,10 @@ no handler and receives nothing: it is not sampled, does not train, share or for
 With everyone online each of these does exactly what it does without run conditions.
 
 Evaluation (``eval``): every user ranks all items not in its training set with its own model
-(ŷ = MLP(e_u ‖ e_i)) and reports Recall/NDCG@K; no traffic.
+(ŷ = MLP(e_u ‖ e_i)) and reports Recall/NDCG@K; no traffic. With ``validation`` (not in the paper,
+off by default) each user also holds out part of its own training items, scores them every
+``validate_every`` rounds (``validate``) and before each evaluation, keeps the model that did
+best on them, and is evaluated with that model (protocols/dgrec/ranking.py).
 
 Parameters, the step-size note (lr, not stated by the paper) and the ablations (the paper's
 Table 3) are in protocols/dgrec/config.py; the wire formats in protocols/dgrec/messages.py; the
@@ -180,6 +183,9 @@ class DGREC(Protocol):
         for t in range(2, 2 * c.hops + 1):
             dep.superstep(round_, f"gossip/{t}")
         upd = dep.superstep(round_, "update", activate=["user"])  # eq. 6 mean, SGD step
+        validated = {}
+        if c.validation > 0 and (round_ + 1) % c.validate_every == 0:
+            validated = self.validate(dep, round_)
 
         members = sorted(int(u) for u in res.reports.get("shared_by", []))
         self._spend(members)
@@ -198,8 +204,14 @@ class DGREC(Protocol):
             ),
             "round_bytes": dep.ledger.total(round_=round_),
         }
+        row.update(validated)
         self.history.append(row)
         return row
+
+    def validate(self, dep: Deployment, round_: int) -> dict[str, float]:
+        """Each user scores its held-out items and keeps its best model (config ``validation``);
+        returns the mean NDCG@K on them and the mean round of the kept models."""
+        return mean_reports(dep.superstep(round_, "validate", activate=["user"]).reports)
 
     def _spend(self, members: list[int]) -> None:
         """Each member spent one share this round: n_s elements, each ε = β (eq. 5); forwarding
@@ -218,8 +230,11 @@ class DGREC(Protocol):
     def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:
         if not self._stage1_done:
             self.stage1(dep, round_)
+        out = {}
+        if self.config.validation > 0:  # the last rounds' models are candidates too
+            out = self.validate(dep, round_)
         res = dep.superstep(round_, "eval", activate=["user"])
-        return mean_reports(res.reports)
+        return {**out, **mean_reports(res.reports)}
 
     def privacy(self) -> dict:
         c = self.config

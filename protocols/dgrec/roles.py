@@ -13,15 +13,18 @@ hop/h            accepts its first invitation, joins, invites further           
 train            local gradient (eq. 3), clip + one-bit (eq. 5) → tree neighbours  (Alg. 2)
 gossip/t         forwards the gradients new at the previous step                   (Alg. 2)
 update           decodes the mean of what it holds (eq. 6), SGD step
-eval             ranks all items not trained on with its own model
+validate         scores its held-out items, keeps its best model   (config.validation)
+eval             ranks all items it does not hold with its (kept) model
 ===============  ===========================================================================
 
-A host runs ``train`` and ``eval`` for all its users in one batched pass
+A host runs ``train``, ``validate`` and ``eval`` for all its users in one batched pass
 (:meth:`DGRECUser.handle_batch`, models/dgrec_batched.py), each user with its own parameters and
 its own random draws, so each gets what it would get alone.
 """
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,11 +33,10 @@ from torch.nn.utils import parameters_to_vector
 
 from cluster import wire
 from cluster.message import index_of, node_id
-from models.bpr import sample_pairs
+from models.bpr import hold_out, sample_pairs
 from models.dgrec import build_user_hypergraph
-from models.dgrec_batched import HypergraphBatch, all_item_scores, per_user_gradients
+from models.dgrec_batched import per_user_gradients
 from models.dgrec_factory import grad_vector, load_vector, public_model, split_parameters
-from models.metrics import ranking_metrics, topk_excluding
 from nodes.node import Node, NodeContext, expect_kinds, node_seed
 from protocols.dgrec.messages import (
     decode_held,
@@ -44,24 +46,25 @@ from protocols.dgrec.messages import (
     encode_share,
     encode_status,
 )
+from protocols.dgrec.ranking import hypergraphs, rank
 from protocols.dgrec.sampling import neighbour_probabilities
-
-
-def _hypergraphs(users: list[DGRECUser]) -> HypergraphBatch:
-    public = users[0].public
-    return HypergraphBatch.collate(
-        [(u.node_item_ids, u.incidence) for u in users], public.n_tags, public.n_items
-    )
 
 
 class DGRECUser(Node):
     role = "user"
     status_owed: frozenset | set = frozenset()  # (a user from a checkpoint that predates it)
+    valid_items = np.zeros(0, dtype=np.int64)  # held out to keep the best model (config.validation)
+    best_model: torch.nn.Module | None = None
+    best_score, best_round = -np.inf, -1
 
     def __init__(self, nid: str, ctx: NodeContext, train_items, test_items, neighbours):
         super().__init__(nid, ctx)
         self.index = index_of(nid)
         self.train_items = np.asarray(train_items, dtype=np.int64)
+        if self.config.validation > 0:
+            self.train_items, self.valid_items = hold_out(
+                self.rng, self.train_items, self.config.validation
+            )
         self.test_items = np.asarray(test_items, dtype=np.int64)
         self.neighbours = np.asarray(neighbours, dtype=np.int64)  # sorted global ids
         self.model = public_model(
@@ -108,7 +111,8 @@ class DGRECUser(Node):
             "train": self._train,
             "gossip": self._gossip,
             "update": self._update,
-            "eval": self._evaluate,
+            "validate": lambda inbox: rank([self], [inbox], "validate"),
+            "eval": lambda inbox: rank([self], [inbox], "eval"),
         }.get(phase.split("/", 1)[0])
         if handler is None:
             super().handle(phase, inbox)
@@ -123,8 +127,8 @@ class DGRECUser(Node):
         batched = bool(nodes) and nodes[0].config.model == "dgrec" and nodes[0].config.batch_users
         if batched and phase == "train":
             cls._train_batch(nodes, inboxes)
-        elif batched and phase == "eval":
-            cls._evaluate_batch(nodes, inboxes)
+        elif phase in ("eval", "validate"):
+            rank(nodes, inboxes, phase)
         else:
             super().handle_batch(nodes, phase, inboxes)
 
@@ -312,7 +316,7 @@ class DGRECUser(Node):
         self._receive_shares(inbox)
         if not self.in_tree:
             return
-        lr = self.config.lr
+        lr = self.config.lr / (1.0 + self.config.lr_decay * max(self.round, 0))
         origins = sorted(self.held)
         mean = decode_held(self.held, self.config)  # eq. 6 over the gradients that arrived
         with torch.no_grad():
@@ -332,20 +336,6 @@ class DGRECUser(Node):
         self.held = {}  # the round's gradients are spent: not kept in memory or checkpoints
         self.private_grad = None
 
-    # --- evaluation ------------------------------------------------------------------------------
-    def _evaluate(self, inbox) -> None:
-        expect_kinds(inbox, node=self.id)
-        if not len(self.test_items):
-            return
-        self._ensure_graph()
-        k = self.config.eval_k
-        with torch.no_grad():
-            e_u = self.model(self.node_item_ids, self.incidence)
-            scores = self.model.score(e_u, np.arange(self.public.n_items))[None]
-        top = topk_excluding(scores, [self.train_items], k)
-        for name, values in ranking_metrics(top, [self.test_items], ks=(k,)).items():
-            self.report(name, float(values[0]))
-
     @staticmethod
     def _train_batch(nodes: list[DGRECUser], inboxes) -> None:
         for n, inbox in zip(nodes, inboxes, strict=True):
@@ -358,7 +348,7 @@ class DGRECUser(Node):
         pairs = [sample_pairs(n.rng, n_items, n.train_items, c.pairs) for n in members]
         grads, losses = per_user_gradients(
             [n.model for n in members],
-            _hypergraphs(members),
+            hypergraphs(members),
             np.stack([p for p, _ in pairs]),
             np.stack([q for _, q in pairs]),
             reduction=c.loss_reduction,
@@ -366,24 +356,13 @@ class DGRECUser(Node):
         for n, grad, loss in zip(members, grads, losses.tolist(), strict=True):
             n._share(grad, loss)
 
-    @staticmethod
-    def _evaluate_batch(nodes: list[DGRECUser], inboxes, chunk: int = 128) -> None:
-        for n, inbox in zip(nodes, inboxes, strict=True):
-            expect_kinds(inbox, node=n.id)
-        judged = [n for n in nodes if len(n.test_items)]
-        if not judged:
-            return
-        for n in judged:
-            n._ensure_graph()
-        k, n_items = judged[0].config.eval_k, judged[0].public.n_items
-        for start in range(0, len(judged), chunk):
-            part = judged[start : start + chunk]
-            scores = all_item_scores([n.model for n in part], _hypergraphs(part), n_items)
-            top = topk_excluding(scores, [n.train_items for n in part], k)
-            metrics = ranking_metrics(top, [n.test_items for n in part], ks=(k,))
-            for b, n in enumerate(part):
-                for name, values in metrics.items():
-                    n.report(name, float(values[b]))
+    def keep_if_best(self, score: float) -> None:
+        """Keep a copy of the current model if NDCG@K on the held-out items is ≥ the best so far."""
+        self.report("valid_ndcg", score)
+        if score >= self.best_score:
+            self.best_score, self.best_model = score, copy.deepcopy(self.model)
+            self.best_round = self.round
+        self.report("kept_round", float(self.best_round))
 
     # --- inspection (tests) ------------------------------------------------------------------------
     def get_last_round(self) -> dict:
