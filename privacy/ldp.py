@@ -122,19 +122,24 @@ def choose_pseudo_items(
         complement = mask.nonzero().flatten()
         order = torch.randperm(free, generator=generator, device=generator.device).cpu()
         return complement[order[:m]]
-    taken = set(real.tolist())
-    picked: list[int] = []
-    while len(picked) < m:
+    # the rejection loop, vectorised: each batch of draws keeps, in order, the first occurrence
+    # of every value not taken yet, up to the number still needed (the draws as before)
+    taken = np.zeros(n_items, dtype=bool)
+    taken[real.numpy()] = True
+    picked: list[np.ndarray] = []
+    need = m
+    while need:
         draws = torch.randint(
-            n_items, (2 * (m - len(picked)) + 8,), generator=generator, device=generator.device
+            n_items, (2 * need + 8,), generator=generator, device=generator.device
         )
-        for item in draws.tolist():
-            if item not in taken:
-                taken.add(item)
-                picked.append(item)
-                if len(picked) == m:
-                    break
-    return torch.tensor(picked, dtype=torch.int64)
+        cand = draws.cpu().numpy()
+        cand = cand[~taken[cand]]
+        first = np.sort(np.unique(cand, return_index=True)[1])[:need]
+        new = cand[first]
+        taken[new] = True
+        picked.append(new)
+        need -= len(new)
+    return torch.from_numpy(np.concatenate(picked).astype(np.int64))
 
 
 def perturbed_upload(

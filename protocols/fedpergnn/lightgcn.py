@@ -45,29 +45,24 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         # each sampled negative is paired with a random positive (FedLightGCN's sampler)
         pairs_pos.append(n.rng.integers(0, len(n.train_items), size=len(neg)))
         gens.append(g)
-    # per-user leaf of item rows: [E[I_u]; E[negatives]] for every user, stacked
-    rows, graph_rows, pos_rows, neg_rows, pair_user = [], [], [], [], []
-    offset = 0
-    for b, (n, e) in enumerate(zip(nodes, e_list)):
-        ids = np.concatenate([n.train_items, negs[b]])
-        rows.append(torch.from_numpy(e)[torch.from_numpy(ids)])
-        n_pos = len(n.train_items)
-        graph_rows.append(offset + np.arange(n_pos))
-        pos_rows.append(offset + pairs_pos[b])
-        neg_rows.append(offset + n_pos + np.arange(len(negs[b])))
-        pair_user.append(np.full(len(negs[b]), b))
-        offset += len(ids)
-    item_leaf = torch.cat(rows).requires_grad_(True)
+    # two leaves of item rows, stacked over users: E[I_u] (the positives, which are also the
+    # local graph's item nodes) and E[negatives]; one gather each from the shared table
+    e = torch.from_numpy(e_list[0]) if all(x is e_list[0] for x in e_list) else None
+    pos_ids = [n.train_items for n in nodes]
+    pos_leaf = _gather_rows(e, e_list, pos_ids).requires_grad_(True)
+    neg_leaf = _gather_rows(e, e_list, negs).requires_grad_(True)
+    n_pos = np.array([len(i) for i in pos_ids], dtype=np.int64)
+    n_neg = np.array([len(j) for j in negs], dtype=np.int64)
+    pos_off = np.concatenate([[0], np.cumsum(n_pos)[:-1]]).astype(np.int64)
     user_leaf = torch.stack([n.embedding for n in nodes]).requires_grad_(True)
-    graphs = build_local_graphs([len(n.train_items) for n in nodes], [n.nbr_links for n in nodes])
+    graphs = build_local_graphs(list(n_pos), [n.nbr_links for n in nodes])
     nbr = torch.cat([n.nbr_emb for n in nodes])
-    cat = lambda parts: torch.from_numpy(np.concatenate(parts).astype(np.int64))  # noqa: E731
     # h_u: LightGCN on the local subgraph, mean of layers 0..K
-    h_u = local_forward(
-        graphs, user_leaf, item_leaf.index_select(0, cat(graph_rows)), nbr, c.layers
-    )
-    pu, pi, pj = cat(pair_user), cat(pos_rows), cat(neg_rows)
-    e_i, e_j = item_leaf.index_select(0, pi), item_leaf.index_select(0, pj)
+    h_u = local_forward(graphs, user_leaf, pos_leaf, nbr, c.layers)
+    # pair k of user b: (its positive pairs_pos[b][k], its k-th negative); pairs in user order
+    pu = torch.from_numpy(np.repeat(np.arange(len(nodes), dtype=np.int64), n_neg))
+    pi = torch.from_numpy((np.repeat(pos_off, n_neg) + np.concatenate(pairs_pos)).astype(np.int64))
+    e_i, e_j = pos_leaf.index_select(0, pi), neg_leaf
     hu = h_u.index_select(0, pu)
     x = (hu * e_i).sum(-1) - (hu * e_j).sum(-1)  # s_ui − s_uj = h_u·e_i − h_u·e_j per pair
     count = torch.bincount(pu, minlength=len(nodes)).clamp(min=1).to(x.dtype)
@@ -77,12 +72,11 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
     loss = loss + 0.5 * c.l2 * user_leaf.pow(2).sum(-1)
     loss.sum().backward()  # the users' graphs are disjoint: row b's gradients are user b's
     new_users = (user_leaf - c.lr_user * user_leaf.grad).detach()  # e_u ← e_u − η ∂L/∂e_u
-    grads = item_leaf.grad.detach()
-    start = 0
+    pos_grads = pos_leaf.grad.detach().split(n_pos.tolist())
+    neg_grads = neg_leaf.grad.detach().split(n_neg.tolist())
     for b, n in enumerate(nodes):
         ids_real = np.concatenate([n.train_items, negs[b]])
-        real = grads[start : start + len(ids_real)]
-        start += len(ids_real)
+        real = torch.cat([pos_grads[b], neg_grads[b]])
         _, m = msg.upload_counts(len(n.train_items), n_items, c.negatives, c.pseudo_items)
         ids, noisy, n.last_pseudo_items = perturbed_upload(
             n_items, ids_real, real, m, c.clip, upload_laplace(c), gens[b]
@@ -90,6 +84,17 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         n.send("item_grads", server, msg.encode_item_grads(ids, noisy))
         n.embedding = new_users[b].clone()
         n.report("loss", loss[b].item())
+
+
+def _gather_rows(
+    table: torch.Tensor | None, tables: list[np.ndarray], ids: list[np.ndarray]
+) -> torch.Tensor:
+    """The rows ``ids[b]`` of user b's copy of E, stacked over users (one gather when every
+    user holds the same copy: a broadcast decoded once)."""
+    flat = torch.from_numpy(np.concatenate(ids).astype(np.int64))
+    if table is not None:
+        return table.index_select(0, flat)
+    return torch.cat([torch.from_numpy(t)[torch.from_numpy(i)] for t, i in zip(tables, ids)])
 
 
 def representations(nodes: list, e_list: list[np.ndarray]) -> torch.Tensor:
