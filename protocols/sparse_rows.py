@@ -45,7 +45,10 @@ def step_on_mean(
         return
     total = np.zeros(tuple(table.shape), dtype=np.float64)
     for ids, rows in uploads:
-        np.add.at(total, ids, rows)
+        if len(ids) < 2 or np.all(ids[1:] > ids[:-1]):  # distinct ids: one addition per element
+            total[ids] += rows  # the same sums as np.add.at, several times faster
+        else:
+            np.add.at(total, ids, rows)
     table.grad = torch.from_numpy((total / len(uploads)).astype(np.float32))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)

@@ -45,51 +45,72 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         # each sampled negative is paired with a random positive (FedLightGCN's sampler)
         pairs_pos.append(n.rng.integers(0, len(n.train_items), size=len(neg)))
         gens.append(g)
-    # per-user leaf of item rows: [E[I_u]; E[negatives]] for every user, stacked
-    rows, graph_rows, pos_rows, neg_rows, pair_user = [], [], [], [], []
-    offset = 0
-    for b, (n, e) in enumerate(zip(nodes, e_list)):
-        ids = np.concatenate([n.train_items, negs[b]])
-        rows.append(torch.from_numpy(e)[torch.from_numpy(ids)])
-        n_pos = len(n.train_items)
-        graph_rows.append(offset + np.arange(n_pos))
-        pos_rows.append(offset + pairs_pos[b])
-        neg_rows.append(offset + n_pos + np.arange(len(negs[b])))
-        pair_user.append(np.full(len(negs[b]), b))
-        offset += len(ids)
-    item_leaf = torch.cat(rows).requires_grad_(True)
+    # h_u: LightGCN on the local subgraphs (stacked: they are disjoint), mean of layers 0..K;
+    # the local graph's item nodes are the user's positives E[I_u]
+    e = torch.from_numpy(e_list[0]) if all(x is e_list[0] for x in e_list) else None
+    n_pos = [len(n.train_items) for n in nodes]
+    pos_leaf = _gather_rows(e, e_list, [n.train_items for n in nodes]).requires_grad_(True)
     user_leaf = torch.stack([n.embedding for n in nodes]).requires_grad_(True)
-    graphs = build_local_graphs([len(n.train_items) for n in nodes], [n.nbr_links for n in nodes])
+    graphs = build_local_graphs(n_pos, [n.nbr_links for n in nodes])
     nbr = torch.cat([n.nbr_emb for n in nodes])
-    cat = lambda parts: torch.from_numpy(np.concatenate(parts).astype(np.int64))  # noqa: E731
-    # h_u: LightGCN on the local subgraph, mean of layers 0..K
-    h_u = local_forward(
-        graphs, user_leaf, item_leaf.index_select(0, cat(graph_rows)), nbr, c.layers
-    )
-    pu, pi, pj = cat(pair_user), cat(pos_rows), cat(neg_rows)
-    e_i, e_j = item_leaf.index_select(0, pi), item_leaf.index_select(0, pj)
-    hu = h_u.index_select(0, pu)
-    x = (hu * e_i).sum(-1) - (hu * e_j).sum(-1)  # s_ui − s_uj = h_u·e_i − h_u·e_j per pair
-    count = torch.bincount(pu, minlength=len(nodes)).clamp(min=1).to(x.dtype)
-    # BPR: −log σ(s_ui − s_uj) + α/2 (‖e_i‖² + ‖e_j‖²), mean over the user's pairs, + α/2 ‖e_u‖²
-    per_pair = neg_log_sigmoid(x) + 0.5 * c.l2 * (e_i.pow(2).sum(-1) + e_j.pow(2).sum(-1))
-    loss = torch.zeros(len(nodes)).index_add(0, pu, per_pair) / count
-    loss = loss + 0.5 * c.l2 * user_leaf.pow(2).sum(-1)
-    loss.sum().backward()  # the users' graphs are disjoint: row b's gradients are user b's
-    new_users = (user_leaf - c.lr_user * user_leaf.grad).detach()  # e_u ← e_u − η ∂L/∂e_u
-    grads = item_leaf.grad.detach()
-    start = 0
+    h_u = local_forward(graphs, user_leaf, pos_leaf, nbr, c.layers)
+    h = h_u.detach()
+    e_pos = pos_leaf.detach().split(n_pos)
+    # BPR over the user's pairs (its k-th negative with its positive pairs_pos[b][k]), with the
+    # gradients written out per user (a cache-sized [|Ĩ_u|, d] block each, no [Σ pairs, d]
+    # autograd tensors): x_k = h_u·e_i − h_u·e_j, L_u = mean_k[−ln σ(x_k)
+    # + α/2 (‖e_i‖² + ‖e_j‖²)] + α/2 ‖e_u‖²; g_k = ∂L_u/∂x_k = −σ(−x_k)/|pairs|
+    grad_h = torch.zeros_like(h)
+    per_user = []  # (g_k, Σ_k g_k per positive, pairs per positive, L_u)
     for b, n in enumerate(nodes):
+        e_neg = _rows(e, e_list[b], negs[b])
+        k = torch.from_numpy(pairs_pos[b].astype(np.int64))
+        count = max(len(k), 1)
+        x = (e_pos[b] @ h[b]).index_select(0, k) - e_neg @ h[b]
+        g = torch.sigmoid(-x).neg_().div_(count)
+        g_pos = torch.zeros(n_pos[b]).index_add_(0, k, g)
+        c_pos = torch.bincount(k, minlength=n_pos[b]).to(g.dtype)
+        grad_h[b] = e_pos[b].T @ g_pos - e_neg.T @ g
+        reg = (c_pos @ e_pos[b].pow(2).sum(-1) + e_neg.pow(2).sum()) / count
+        loss = (neg_log_sigmoid(x).sum() / count + 0.5 * c.l2 * reg).item()
+        per_user.append((g, g_pos, c_pos, loss + 0.5 * c.l2 * n.embedding.pow(2).sum().item()))
+    h_u.backward(grad_h)  # through the local graphs: ∂L/∂e_u and ∂L/∂E[I_u] of the graph
+    user_grad = user_leaf.grad + c.l2 * user_leaf.detach()
+    new_users = (user_leaf - c.lr_user * user_grad).detach()  # e_u ← e_u − η ∂L/∂e_u
+    graph_grads = pos_leaf.grad.split(n_pos)
+    for b, n in enumerate(nodes):
+        g, g_pos, c_pos, loss = per_user[b]
+        e_neg = _rows(e, e_list[b], negs[b])
+        scale = c.l2 / max(len(g), 1)
+        # ∂L_u/∂e_i = Σ_k g_k h_u + α c_i e_i/|pairs| (+ the graph's); ∂L_u/∂e_j = −g_k h_u + α e_j/|pairs|
+        pos_grad = graph_grads[b] + torch.outer(g_pos, h[b]) + (scale * c_pos)[:, None] * e_pos[b]
+        neg_grad = torch.outer(-g, h[b]).add_(e_neg, alpha=scale)
         ids_real = np.concatenate([n.train_items, negs[b]])
-        real = grads[start : start + len(ids_real)]
-        start += len(ids_real)
+        real = torch.cat([pos_grad, neg_grad])
         _, m = msg.upload_counts(len(n.train_items), n_items, c.negatives, c.pseudo_items)
         ids, noisy, n.last_pseudo_items = perturbed_upload(
             n_items, ids_real, real, m, c.clip, upload_laplace(c), gens[b]
         )
         n.send("item_grads", server, msg.encode_item_grads(ids, noisy))
         n.embedding = new_users[b].clone()
-        n.report("loss", loss[b].item())
+        n.report("loss", loss)
+
+
+def _rows(table: torch.Tensor | None, own: np.ndarray, ids: np.ndarray) -> torch.Tensor:
+    """Rows ``ids`` of a user's copy of E (``table``: the copy every user of the host shares)."""
+    idx = torch.from_numpy(np.asarray(ids, dtype=np.int64))
+    return (table if table is not None else torch.from_numpy(own)).index_select(0, idx)
+
+
+def _gather_rows(
+    table: torch.Tensor | None, tables: list[np.ndarray], ids: list[np.ndarray]
+) -> torch.Tensor:
+    """The rows ``ids[b]`` of user b's copy of E, stacked over users (one gather when every
+    user holds the same copy: a broadcast decoded once)."""
+    flat = torch.from_numpy(np.concatenate(ids).astype(np.int64))
+    if table is not None:
+        return table.index_select(0, flat)
+    return torch.cat([torch.from_numpy(t)[torch.from_numpy(i)] for t, i in zip(tables, ids)])
 
 
 def representations(nodes: list, e_list: list[np.ndarray]) -> torch.Tensor:
