@@ -149,7 +149,8 @@ def render(name: str, paper: Paper, rows: list[dict], results: dict, info: dict)
         "accountant's figure for the rounds run (∞: no finite guarantee at that δ).",
     ]
     if info["quick"]:
-        lines[-1] += " **Quick budgets: not converged**, a check that the command runs."
+        lines[-1] += " **Quick budgets: not converged**, a check that the command runs"
+        lines[-1] += f"; {paper.quick_note}." if paper.quick_note else "."
     failed = [(k, v.get("reason")) for k, v in results.items() if v.get("status") != "ok"]
     lines += [f"- did not run: {k}: {why}" for k, why in failed]
     return "\n".join(lines) + "\n"
