@@ -32,12 +32,17 @@ def machine() -> dict:
     return info
 
 
+def command() -> str:
+    """The command line as typed (``python -m benchmarks.X ...``)."""
+    return " ".join(["python", *sys.orig_argv[1:]])
+
+
 def write_result(name: str, figures: dict) -> Path:
     OUT.mkdir(exist_ok=True)
     doc = {
         "benchmark": name,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(["python", *sys.orig_argv[1:]]),  # as typed, `-m benchmarks.X` kept
+        "command": command(),  # as typed, `-m benchmarks.X` kept
         "machine": machine(),
         "figures": figures,
     }

@@ -531,7 +531,7 @@ def table_row(r: dict) -> list[str]:
     ]
 
 
-def _md_table(header, rows) -> list[str]:
+def md_table(header, rows) -> list[str]:
     def esc(c: str) -> str:
         return str(c).replace("|", "\\|").replace("\n", " ")
 
@@ -553,7 +553,7 @@ def render_markdown(comparison: dict) -> str:
         f"{fmt(comparison['wall_seconds'])} s in all.",
         "",
     ]
-    lines += _md_table(COLUMNS, [table_row(r) for r in rows])
+    lines += md_table(COLUMNS, [table_row(r) for r in rows])
     lines += [
         "",
         "Main metric: recall@k for ranking (↑ better), RMSE for rating prediction (↓ better); "
@@ -571,7 +571,7 @@ def render_markdown(comparison: dict) -> str:
         if r["status"] == "ok"
         for kind, v in r["bytes_per_round_by_kind"].items()
     ]
-    lines += _md_table(("protocol", "kind", "bytes/round"), kinds) if kinds else ["(none)"]
+    lines += md_table(("protocol", "kind", "bytes/round"), kinds) if kinds else ["(none)"]
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:
         lines += ["", "## Did not run", ""]

@@ -1,0 +1,262 @@
+"""Regenerate the rows of a paper's main table that our datasets allow (issue 17): the paper's
+figure beside ours in the paper's own mode (its calibration or its authors' code) and in the
+rigorous mode, the central non-private baseline, the ratios of both modes to it, and the ε the
+paper claims beside the rigorous ε of each of our runs.
+
+    python -m benchmarks.reproduce fedpergnn|verfedgnn|dgrec|dipsgnn [--quick] [--no-append]
+        [--dataset NAME] [--data-dir DIR] [--out runs]
+
+Every run goes through engine.compare on one loaded dataset (one split) and one Ray cluster, so
+``runs/<time>-compare/`` holds each run's report and comparison.md (its ratio column uses
+compare's default baselines, not this table's); DGREC's central HyperGNN (its own model trained
+by a curator, the ceiling of the per-user model) is benchmarks/dgrec.py's, outside Ray. Figures are
+the values at the end of each run. Writes benchmarks/out/reproduce-PAPER[-quick].json
+(benchmarks/common.py) and appends the table to benchmarks/RESULTS.md under
+:data:`HEADING` (``--no-append``: not). ``--quick``: small budgets (< 10 min per paper on a 2-core
+machine), not converged; the default budgets are the ones benchmarks/RESULTS.md recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.common import command, machine, write_result
+from benchmarks.papers import FIGURES, HYPERGNN, PAPERS, Paper, Run
+from engine.compare import Entry, epsilon_cell, fmt, jsonable, md_table, one_line, paper_cell
+
+HEADING = "## Reproducing the papers' tables (issue 17)"
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+
+def configs(paper: Paper, quick: bool) -> list[tuple[Run, int, object]]:
+    """(run, rounds, its typed Config) for every run, before anything starts: a parameter the
+    protocol does not have, or a value it refuses, raises ConfigError."""
+    from protocols import get_protocol
+    from protocols.base import build_config
+
+    out = []
+    for run in paper.runs:
+        rounds, params = run.budget(quick)
+        name = "dgrec" if run.protocol == HYPERGNN else run.protocol
+        out.append((run, rounds, build_config(get_protocol(name).Config, params)))
+    return out
+
+
+# --- the table --------------------------------------------------------------------------------
+def _value(result: dict | None, metric: str):
+    if not result or result.get("status") != "ok":
+        return None
+    return (result.get("metrics") or {}).get(metric)
+
+
+def _ratio(value, base):
+    return value / base if value is not None and base else None
+
+
+def _paper_cell(figures: dict, baseline: str, metric: str) -> str:
+    value = figures.get("method", {}).get(metric)
+    if value is None:
+        return "not recorded"
+    cell = f"{fmt(value)} ({figures['on']}"
+    name, theirs = figures.get(baseline, (None, {}))
+    if theirs.get(metric):
+        cell += f"; {fmt(value / theirs[metric])} × {name} {fmt(theirs[metric])}"
+    return cell + ")"
+
+
+def build_rows(name: str, paper: Paper, results: dict[str, dict]) -> list[dict]:
+    """One row per (paper-mode run, baseline, metric); ``results``: label → compare row
+    (``status``, ``metrics``, ``epsilon``, ``delta``, ``private``, ``epsilon_paper``)."""
+    figures = FIGURES[name]
+    rigorous = (paper.mode("rigorous") or [None])[0]
+    rows = []
+    for run in paper.mode("paper"):
+        mine = results.get(run.label)
+        strict = results.get(rigorous.label) if rigorous else mine
+        for base in paper.mode("baseline"):
+            b = results.get(base.label)
+            for metric in paper.metrics:
+                value, value_r, value_b = (_value(x, metric) for x in (mine, strict, b))
+                rows.append(
+                    {
+                        "row": f"{run.label} vs {base.label}",
+                        "metric": metric,
+                        "paper_figure": _paper_cell(figures, base.label, metric),
+                        "paper_mode": value,
+                        "rigorous_mode": value_r,
+                        "same_run": rigorous is None,
+                        "baseline": base.label,
+                        "baseline_value": value_b,
+                        "ratio_paper_mode": _ratio(value, value_b),
+                        "ratio_rigorous_mode": _ratio(value_r, value_b),
+                        "epsilon_claimed": paper_cell(mine or {}),
+                        "epsilon_paper_mode": epsilon_cell(mine or {}),
+                        "epsilon_rigorous_mode": epsilon_cell(strict or {}),
+                    }
+                )
+    return rows
+
+
+COLUMNS = (
+    "row",
+    "metric",
+    "paper's figure",
+    "ours, paper mode",
+    "ours, rigorous mode",
+    "central baseline",
+    "ratio (paper / rigorous mode)",
+    "ε claimed",
+    "ε rigorous (paper / rigorous mode)",
+)
+
+
+def table_cells(r: dict) -> list[str]:
+    same = r["same_run"]
+    ratio = fmt(r["ratio_paper_mode"])
+    return [
+        r["row"],
+        r["metric"],
+        r["paper_figure"],
+        fmt(r["paper_mode"]),
+        "same run" if same else fmt(r["rigorous_mode"]),
+        f"{fmt(r['baseline_value'])} ({r['baseline']})",
+        ratio if same else f"{ratio} / {fmt(r['ratio_rigorous_mode'])}",
+        r["epsilon_claimed"],
+        r["epsilon_paper_mode"]
+        if same
+        else f"{r['epsilon_paper_mode']} / {r['epsilon_rigorous_mode']}",
+    ]
+
+
+def render(name: str, paper: Paper, rows: list[dict], results: dict, info: dict) -> str:
+    """The markdown block appended to RESULTS.md: heading, command, table, caption, failures."""
+    mode = "quick" if info["quick"] else "full budgets"
+    lines = [
+        f"### {name} ({mode}) — {info['date']}, {info['machine']}",
+        "",
+        f"`{info['command']}` → `out/{info['json']}` ({info['seconds']:.0f} s in all)",
+        "",
+        *md_table(COLUMNS, [table_cells(r) for r in rows]),
+        "",
+        f"{paper.title}. Datasets: {paper.datasets}; ours: {info['dataset']}. {paper.note}. "
+        "Rounds: "
+        + ", ".join(f"{label} {res.get('rounds')}" for label, res in results.items())
+        + ". Values at the end of each run; ratio = ours / central baseline. ε rigorous: the "
+        "accountant's figure for the rounds run (∞: no finite guarantee at that δ).",
+    ]
+    if info["quick"]:
+        lines[-1] += " **Quick budgets: not converged**, a check that the command runs"
+        lines[-1] += f"; {paper.quick_note}." if paper.quick_note else "."
+    failed = [(k, v.get("reason")) for k, v in results.items() if v.get("status") != "ok"]
+    lines += [f"- did not run: {k}: {why}" for k, why in failed]
+    return "\n".join(lines) + "\n"
+
+
+def append_results(block: str, path: Path = RESULTS) -> None:
+    """Put ``block`` at the end of the :data:`HEADING` section (created at the end of the file the
+    first time), before any section that follows it."""
+    text = path.read_text()
+    if HEADING not in text:
+        text = text.rstrip("\n") + f"\n\n{HEADING}\n"
+    start = text.index(HEADING) + len(HEADING)
+    nxt = text.find("\n## ", start)
+    end = len(text) if nxt < 0 else nxt + 1
+    before = text[:end].rstrip("\n") + "\n\n" + block
+    path.write_text(before + ("\n" + text[end:] if end < len(text) else ""))
+
+
+# --- running ----------------------------------------------------------------------------------
+def hypergnn(dataset, rounds: int, params: dict) -> dict:
+    """DGREC's model trained centrally (benchmarks/dgrec.py), as a compare row."""
+    from benchmarks.dgrec import central_hypergnn
+
+    try:
+        fig = central_hypergnn(dataset, rounds, params, eval_every=rounds)
+    except Exception as exc:  # noqa: BLE001 — listed like a protocol that could not run
+        return {"status": "failed", "reason": one_line(exc), "rounds": rounds}
+    metrics = {"recall@20": fig["recall@20"], "ndcg@20": fig["ndcg@20"]}
+    return {
+        "status": "ok",
+        "metrics": metrics,
+        "private": False,
+        "epsilon": None,
+        "rounds": rounds,
+        "params": params,
+        "wall_seconds": fig["wall_seconds"],
+    }
+
+
+def reproduce(name: str, args) -> dict:
+    from data.registry import load_dataset
+    from engine import RunSettings
+    from engine.compare import compare
+    from nodes.conditions import Conditions
+
+    paper = PAPERS[name]
+    planned = configs(paper, args.quick)
+    t0 = time.perf_counter()
+    dataset = load_dataset(args.dataset or paper.dataset, args.data_dir, seed=0, **paper.load)
+    entries = [
+        Entry(run.label, run.protocol, run.budget(args.quick)[1], rounds)
+        for run, rounds, _ in planned
+        if run.protocol != HYPERGNN
+    ]
+    # no per-host snapshots: they exist to recover a dead host and cost a pickling per round
+    base = RunSettings(
+        seed=0, out=args.out, progress=False, conditions=Conditions(snapshot_every=0)
+    )
+    cmp_dir, comparison = compare(entries, dataset, base, dataset_info=dataset.meta)
+    results = {r["label"]: r for r in comparison["protocols"]}
+    for run, rounds, _ in planned:
+        if run.protocol == HYPERGNN:
+            results[run.label] = hypergnn(dataset, rounds, run.budget(args.quick)[1])
+    rows = build_rows(name, paper, results)
+    suffix = "-quick" if args.quick else ""
+    m = machine()
+    info = {
+        "quick": args.quick,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{m['host']}, {m['cores']} cores, {m.get('mem_gib')} GiB, torch "
+        f"{m['torch']}, {m['cuda'] or 'CPU only'}",
+        "command": command(),
+        "json": f"reproduce-{name}{suffix}.json",
+        "dataset": f"{dataset.name} ({dataset.n_users} users, {dataset.n_items} items, "
+        f"{len(dataset.train)} / {len(dataset.test)})",
+        "seconds": time.perf_counter() - t0,
+    }
+    keep = "status reason protocol params rounds metrics epsilon delta epsilon_paper bytes_total"
+    keep = (*keep.split(), "wall_seconds", "run_dir")
+    runs = {k: {f: v[f] for f in keep if f in v} for k, v in results.items()}
+    markdown = render(name, paper, rows, results, info)
+    figures = {"paper": name, **info, "rows": rows, "runs": runs, "compare_dir": str(cmp_dir)}
+    write_result(f"reproduce-{name}{suffix}", jsonable({**figures, "markdown": markdown}))
+    print(markdown)
+    if not args.no_append:
+        append_results(markdown)
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.reproduce", description=__doc__)
+    p.add_argument("paper", help=f"one of {', '.join(PAPERS)}")
+    p.add_argument("--quick", action="store_true", help="small budgets (< 10 min), not converged")
+    p.add_argument("--no-append", action="store_true", help="do not append to RESULTS.md")
+    p.add_argument("--dataset", default=None, help="another dataset (default: the paper's row)")
+    p.add_argument("--data-dir", default=None, help="default: ../shared/data beside the checkout")
+    p.add_argument("--out", default="runs", help="where the runs and comparison go")
+    args = p.parse_args(argv)
+    if args.paper not in PAPERS:
+        print(
+            f"reproduce: unknown paper {args.paper!r} (known: {', '.join(PAPERS)})", file=sys.stderr
+        )
+        return 2
+    reproduce(args.paper, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""benchmarks/reproduce.py: the per-paper specs name only parameters the protocols have, the table
+divides each mode by the central baseline and marks an infinite ε, a wrong paper is one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from benchmarks import reproduce
+from benchmarks.papers import FIGURES, PAPERS, Run
+from protocols.base import ConfigError
+
+
+def test_unknown_paper_is_one_line_and_exit_2(capsys):
+    assert reproduce.main(["fedgnn"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown paper 'fedgnn'" in err[0]
+    assert all(name in err[0] for name in ("fedpergnn", "verfedgnn", "dgrec", "dipsgnn"))
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_specs_build_every_config(quick):
+    for paper in PAPERS.values():
+        planned = reproduce.configs(paper, quick)
+        assert [run for run, _, _ in planned] == list(paper.runs)
+        assert all(rounds >= 1 for _, rounds, _ in planned)
+        assert paper.mode("paper") and paper.mode("baseline")
+
+
+def test_a_misspelt_parameter_fails_before_running():
+    paper = PAPERS["fedpergnn"]
+    bad = Run("paper", "x", "fedlightgcn", 1, {"calibraton": "authors_code"})
+    with pytest.raises(ConfigError, match="calibraton"):
+        reproduce.configs(dataclasses.replace(paper, runs=(bad,)), False)
+    bad = Run("paper", "x", "dipsgnn", 1, {}, {"calibration": "papr"})  # only under --quick
+    reproduce.configs(dataclasses.replace(paper, runs=(bad,)), False)
+    with pytest.raises(ConfigError, match="calibration"):
+        reproduce.configs(dataclasses.replace(paper, runs=(bad,)), True)
+
+
+def test_paper_figures_name_runs_that_exist():
+    assert set(FIGURES) == set(PAPERS)
+    for name, figures in FIGURES.items():
+        labels = {r.label for r in PAPERS[name].runs}
+        for key in set(figures) - {"on", "method"}:
+            assert key in labels, f"{name}: figure for {key!r}, which no run is labelled"
+        assert set(figures["method"]) <= set(PAPERS[name].metrics)
+
+
+def _row(value, eps, private=True, claim=None):
+    return {
+        "status": "ok",
+        "metrics": {"recall@20": value, "ndcg@20": value / 2},
+        "epsilon": eps,
+        "delta": 1e-5 if eps is not None else None,
+        "private": private,
+        "epsilon_paper": claim,
+    }
+
+
+def test_ratios_and_infinite_epsilon():
+    claim = {"value": 1.0, "what": "ε per coordinate of an upload"}
+    results = {
+        "fedlightgcn calibration=authors_code": _row(0.2771, math.inf, claim=claim),
+        "fedlightgcn calibration=thesis": _row(0.2331, 1.84e6, claim=claim),
+        "central:lightgcn": _row(0.2969, None, private=False),
+    }
+    rows = reproduce.build_rows("fedpergnn", PAPERS["fedpergnn"], results)
+    assert [r["metric"] for r in rows] == ["recall@20", "ndcg@20"]
+    r = rows[0]
+    assert r["ratio_paper_mode"] == pytest.approx(0.2771 / 0.2969)
+    assert r["ratio_rigorous_mode"] == pytest.approx(0.2331 / 0.2969)
+    assert r["paper_figure"] == "0.1661 (gowalla; 0.9347 × central LightGCN 0.1777)"
+    cells = reproduce.table_cells(r)
+    assert cells[3:7] == ["0.2771", "0.2331", "0.2969 (central:lightgcn)", "0.9333 / 0.7851"]
+    assert cells[7] == "1 (ε per coordinate of an upload)"
+    assert cells[8] == "∞ (δ=1e-05) / 1.84e+06 (δ=1e-05)"
+    # the JSON form of ∞ (engine.compare.jsonable) reads the same
+    results["fedlightgcn calibration=authors_code"]["epsilon"] = "inf"
+    assert reproduce.build_rows("fedpergnn", PAPERS["fedpergnn"], results)[0][
+        "epsilon_paper_mode"
+    ].startswith("∞")
+
+
+def test_same_run_missing_runs_and_lower_is_better():
+    # DGREC: no rigorous run of its own; the HyperGNN baseline failed
+    results = {
+        "dgrec": _row(0.17, 3.4e5),
+        "central:lightgcn": _row(0.34, None, private=False),
+        "central HyperGNN": {"status": "failed", "reason": "RuntimeError: out of memory"},
+    }
+    rows = reproduce.build_rows("dgrec", PAPERS["dgrec"], results)
+    assert len(rows) == 4  # 2 baselines x 2 metrics
+    cells = reproduce.table_cells(rows[0])
+    assert cells[4] == "same run" and cells[6] == "0.5"
+    assert rows[2]["baseline"] == "central HyperGNN" and rows[2]["ratio_paper_mode"] is None
+    assert reproduce.table_cells(rows[2])[5] == "— (central HyperGNN)"
+    # VerFedGNN: RMSE, ours / central as for every metric; no paper figure recorded
+    rmse = {"status": "ok", "metrics": {"rmse": 0.954}, "epsilon": math.inf, "private": True}
+    results = {
+        "verfedgnn projection=sparse": rmse,
+        "verfedgnn projection=gaussian": {**rmse, "metrics": {"rmse": 0.955}},
+        "central:gcn": {"status": "ok", "metrics": {"rmse": 0.942}, "private": False},
+    }
+    rows = reproduce.build_rows("verfedgnn", PAPERS["verfedgnn"], results)
+    assert rows[0]["ratio_paper_mode"] == pytest.approx(0.954 / 0.942)
+    assert rows[0]["paper_figure"] == "not recorded"
+    assert rows[1]["baseline"] == "central:mf" and rows[1]["baseline_value"] is None
+
+
+def test_append_results_keeps_one_heading(tmp_path):
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# Results\n\n## Earlier\n\ntext\n")
+    reproduce.append_results("### a\n\nfirst\n", path)
+    reproduce.append_results("### b\n\nsecond\n", path)
+    text = path.read_text()
+    assert text.count(reproduce.HEADING) == 1
+    assert text.index("## Earlier") < text.index(reproduce.HEADING) < text.index("### a")
+    assert text.index("### a") < text.index("### b")
+    # a section written after ours later: new tables still go under our heading
+    path.write_text(text + "\n## Later\n\nother\n")
+    reproduce.append_results("### c\n\nthird\n", path)
+    text = path.read_text()
+    assert text.index("### b") < text.index("### c") < text.index("## Later")
