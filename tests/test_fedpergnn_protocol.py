@@ -153,6 +153,36 @@ def test_batched_training_equals_one_by_one(seed):
         assert torch.equal(a.embedding, b.embedding)
 
 
+def test_user_steps_lower_each_users_own_loss():
+    """``user_steps = S``: S − 1 local steps on e_u before the step that uploads, on the round's
+    pairs: each user's loss on its pairs (reported at the last step) falls below the one-step
+    figure, and a user's result still does not depend on its batch."""
+    n_users, n_items = 30, 60
+    ds = small_dataset(seed=0, n_users=n_users, n_items=n_items, avg=9)
+    rng = np.random.default_rng(0)
+    e = rng.normal(size=(n_items, DIM)).astype(np.float32)
+    payload = wire.encode_dense(e)
+    ids = list(range(0, n_users, 3))
+
+    def train(steps, batched=True):
+        cfg = build_config(FedPerGNN.Config, {**BASE, "negatives": 23, "user_steps": steps})
+        nodes = _users(ds, cfg, 1, ids)
+        boxes = [[Message("item_embeddings", "server/0", n.id, 0, "train", payload)] for n in nodes]
+        if batched:
+            User.handle_batch(nodes, "train", boxes)
+        else:
+            for n, box in zip(nodes, boxes):
+                User.handle_batch([n], "train", [box])
+        return nodes, [n._drain()[1]["loss"][0] for n in nodes]
+
+    _, one = train(1)
+    many_nodes, many = train(4)
+    assert all(b < a for a, b in zip(one, many))
+    alone_nodes, alone = train(4, batched=False)
+    assert alone == many
+    assert all(torch.equal(a.embedding, b.embedding) for a, b in zip(many_nodes, alone_nodes))
+
+
 # --------------------------------------------------------------------------- graph expansion
 
 

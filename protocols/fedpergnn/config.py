@@ -22,6 +22,7 @@ class FedPerGNNConfig(ProtocolConfig):
     pseudo_items: int = 64  # M pseudo-interacted items per upload
     lr_item: float = 1e-3  # server Adam on E
     lr_user: float = 0.5  # local SGD on e_u
+    user_steps: int = 1  # local SGD steps on e_u per participation (LightGCN backbone)
     l2: float = 1e-3  # α
     clip: float = 5e-4  # δ
     laplace: float = 1e-5  # λ (0: no noise)
@@ -49,6 +50,7 @@ class FedPerGNNConfig(ProtocolConfig):
         require(self.pseudo_items >= 0, "pseudo_items", "must be >= 0")
         require(self.lr_item > 0, "lr_item", "must be > 0")
         require(self.lr_user > 0, "lr_user", "must be > 0")
+        require(self.user_steps >= 1, "user_steps", "must be >= 1")
         require(self.l2 >= 0, "l2", "must be >= 0")
         require(self.clip > 0, "clip", "must be > 0")
         require(self.laplace >= 0, "laplace", "must be >= 0")

@@ -5,7 +5,8 @@ models/lightgcn.py's (``build_local_graphs``, ``local_forward``).
 Round (step 3 of protocols/fedpergnn/protocol.py): the user receives E; on its local subgraph
 u – I_u – U_u it computes h_u (K layers, mean of layers), pairs each of |Ĩ_u| sampled negatives
 with a random positive and takes BPR + α L2 with s_ui = h_u·e_i; it updates
-e_u ← e_u − η ∂L_u/∂e_u locally and uploads ``item_grads``: ∂L_u/∂e_i for its positives and
+e_u ← e_u − η ∂L_u/∂e_u locally (``user_steps`` steps: the first S − 1 with E fixed on the same
+pairs, the last one beside the item gradients) and uploads ``item_grads``: ∂L_u/∂e_i for its positives and
 negatives plus M pseudo items, every coordinate clipped to [−δ, δ] plus Laplace(0, λ), rows sorted
 by item id (privacy/ldp.py ``perturbed_upload``).
 
@@ -50,30 +51,41 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
     e = torch.from_numpy(e_list[0]) if all(x is e_list[0] for x in e_list) else None
     n_pos = [len(n.train_items) for n in nodes]
     pos_leaf = _gather_rows(e, e_list, [n.train_items for n in nodes]).requires_grad_(True)
-    user_leaf = torch.stack([n.embedding for n in nodes]).requires_grad_(True)
     graphs = build_local_graphs(n_pos, [n.nbr_links for n in nodes])
     nbr = torch.cat([n.nbr_emb for n in nodes])
+    e_pos = pos_leaf.detach().split(n_pos)
+    users = torch.stack([n.embedding for n in nodes])
+    for _ in range(c.user_steps - 1):  # local steps on e_u alone, E fixed, the round's pairs
+        leaf = users.requires_grad_(True)
+        h_u = local_forward(graphs, leaf, pos_leaf.detach(), nbr, c.layers)
+        h = h_u.detach()
+        grad_h = torch.stack(
+            [
+                _pair_gradients(h[b], e_pos[b], _rows(e, e_list[b], negs[b]), _pairs(pos))[3]
+                for b, pos in enumerate(pairs_pos)
+            ]
+        )
+        h_u.backward(grad_h)
+        users = (leaf - c.lr_user * (leaf.grad + c.l2 * leaf.detach())).detach()
+    user_leaf = users.requires_grad_(True)
     h_u = local_forward(graphs, user_leaf, pos_leaf, nbr, c.layers)
     h = h_u.detach()
-    e_pos = pos_leaf.detach().split(n_pos)
     # BPR over the user's pairs (its k-th negative with its positive pairs_pos[b][k]), with the
     # gradients written out per user (a cache-sized [|Ĩ_u|, d] block each, no [Σ pairs, d]
     # autograd tensors): x_k = h_u·e_i − h_u·e_j, L_u = mean_k[−ln σ(x_k)
     # + α/2 (‖e_i‖² + ‖e_j‖²)] + α/2 ‖e_u‖²; g_k = ∂L_u/∂x_k = −σ(−x_k)/|pairs|
     grad_h = torch.zeros_like(h)
     per_user = []  # (g_k, Σ_k g_k per positive, pairs per positive, L_u)
-    for b, n in enumerate(nodes):
+    for b in range(len(nodes)):
         e_neg = _rows(e, e_list[b], negs[b])
-        k = torch.from_numpy(pairs_pos[b].astype(np.int64))
+        k = _pairs(pairs_pos[b])
         count = max(len(k), 1)
-        x = (e_pos[b] @ h[b]).index_select(0, k) - e_neg @ h[b]
-        g = torch.sigmoid(-x).neg_().div_(count)
-        g_pos = torch.zeros(n_pos[b]).index_add_(0, k, g)
+        x, g, g_pos, grad_h[b] = _pair_gradients(h[b], e_pos[b], e_neg, k)
         c_pos = torch.bincount(k, minlength=n_pos[b]).to(g.dtype)
-        grad_h[b] = e_pos[b].T @ g_pos - e_neg.T @ g
         reg = (c_pos @ e_pos[b].pow(2).sum(-1) + e_neg.pow(2).sum()) / count
         loss = (neg_log_sigmoid(x).sum() / count + 0.5 * c.l2 * reg).item()
-        per_user.append((g, g_pos, c_pos, loss + 0.5 * c.l2 * n.embedding.pow(2).sum().item()))
+        own = 0.5 * c.l2 * users[b].detach().pow(2).sum().item()
+        per_user.append((g, g_pos, c_pos, loss + own))
     h_u.backward(grad_h)  # through the local graphs: ∂L/∂e_u and ∂L/∂E[I_u] of the graph
     user_grad = user_leaf.grad + c.l2 * user_leaf.detach()
     new_users = (user_leaf - c.lr_user * user_grad).detach()  # e_u ← e_u − η ∂L/∂e_u
@@ -94,6 +106,19 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         n.send("item_grads", server, msg.encode_item_grads(ids, noisy))
         n.embedding = new_users[b].clone()
         n.report("loss", loss)
+
+
+def _pairs(positions: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(positions.astype(np.int64))
+
+
+def _pair_gradients(h: torch.Tensor, e_pos: torch.Tensor, e_neg: torch.Tensor, k: torch.Tensor):
+    """One user's BPR over its pairs (negative j with positive k_j): x = h·e_k − h·e_j,
+    g = ∂L/∂x = −σ(−x)/|pairs|, Σ g per positive, and ∂L/∂h (the L2 terms are added apart)."""
+    x = (e_pos @ h).index_select(0, k) - e_neg @ h
+    g = torch.sigmoid(-x).neg_().div_(max(len(k), 1))
+    g_pos = torch.zeros(len(e_pos)).index_add_(0, k, g)
+    return x, g, g_pos, e_pos.T @ g_pos - e_neg.T @ g
 
 
 def _rows(table: torch.Tensor | None, own: np.ndarray, ids: np.ndarray) -> torch.Tensor:
