@@ -208,10 +208,16 @@ class DGREC(Protocol):
         self.history.append(row)
         return row
 
+    _validated: tuple[int, dict[str, float]] = (-1, {})  # (round, figures) of the last check
+
     def validate(self, dep: Deployment, round_: int) -> dict[str, float]:
         """Each user scores its held-out items and keeps its best model (config ``validation``);
-        returns the mean NDCG@K on them and the mean round of the kept models."""
-        return mean_reports(dep.superstep(round_, "validate", activate=["user"]).reports)
+        returns the mean NDCG@K on them and the mean round of the kept models. Once a round: the
+        models have not changed since a check made earlier in the same round."""
+        if self._validated[0] != round_:
+            reports = dep.superstep(round_, "validate", activate=["user"]).reports
+            self._validated = (round_, mean_reports(reports))
+        return self._validated[1]
 
     def _spend(self, members: list[int]) -> None:
         """Each member spent one share this round: n_s elements, each ε = β (eq. 5); forwarding

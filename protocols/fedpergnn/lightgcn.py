@@ -6,9 +6,9 @@ Round (step 3 of protocols/fedpergnn/protocol.py): the user receives E; on its l
 u – I_u – U_u it computes h_u (K layers, mean of layers), pairs each of |Ĩ_u| sampled negatives
 with a random positive and takes BPR + α L2 with s_ui = h_u·e_i; it updates
 e_u ← e_u − η ∂L_u/∂e_u locally (``user_steps`` steps: the first S − 1 with E fixed on the same
-pairs, the last one beside the item gradients) and uploads ``item_grads``: ∂L_u/∂e_i for its positives and
-negatives plus M pseudo items, every coordinate clipped to [−δ, δ] plus Laplace(0, λ), rows sorted
-by item id (privacy/ldp.py ``perturbed_upload``).
+pairs, the last one beside the item gradients) and uploads ``item_grads``: ∂L_u/∂e_i for its
+positives and negatives plus M pseudo items, every coordinate clipped to [−δ, δ] plus
+Laplace(0, λ), rows sorted by item id (privacy/ldp.py ``perturbed_upload``).
 
 All the host's users run in one stacked pass: their local graphs are disjoint, so row b of every
 gradient is user b's alone (tests/test_fedpergnn_protocol.py checks it against one user alone).
