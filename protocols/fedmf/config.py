@@ -16,6 +16,7 @@ class FedMFConfig(ProtocolConfig):
     users_per_round: int = 256  # |Ū|; 0 = every user every round
     pairs: int = 32  # P (positive, negative) pairs per sampled user per round
     lr_user: float = 0.5  # local SGD on p_u
+    user_steps: int = 1  # local SGD steps on p_u per participation (the last one uploads)
     lr_item: float = 0.02  # server Adam on Q
     l2: float = 1e-4  # α
     init_std: float = 0.1
@@ -26,6 +27,7 @@ class FedMFConfig(ProtocolConfig):
         require(self.users_per_round >= 0, "users_per_round", "must be >= 0")
         require(self.pairs >= 1, "pairs", "must be >= 1")
         require(self.lr_user > 0 and self.lr_item > 0, "lr_user/lr_item", "must be > 0")
+        require(self.user_steps >= 1, "user_steps", "must be >= 1")
         require(self.l2 >= 0, "l2", "must be >= 0")
         require(self.init_std > 0, "init_std", "must be > 0")
 

@@ -96,6 +96,8 @@ class FedMFUser(Node):
             pos_f = q[torch.from_numpy(np.stack([p for p, _ in pairs]))]
             neg_f = q[torch.from_numpy(np.stack([g for _, g in pairs]))]
         users = torch.stack([n.factor for n in nodes])
+        for _ in range(c.user_steps - 1):  # local steps on p_u alone, Q fixed, the round's pairs
+            users = users - c.lr_user * bpr_grads(users, pos_f, neg_f, c.l2).user
         g = bpr_grads(users, pos_f, neg_f, c.l2)
         new_users = users - c.lr_user * g.user
         for b, n in enumerate(nodes):
