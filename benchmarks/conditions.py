@@ -21,14 +21,8 @@ from benchmarks.common import parse_key_values, write_result
 from cluster.runtime import start_or_join
 from data.registry import default_data_dir, load_dataset
 from engine import RunSettings, run
+from engine.compare import main_metric
 from nodes.conditions import Conditions
-
-# the accuracy figure each protocol is judged by, and whether lower is better
-MAIN_METRIC = {"verfedgnn": ("rmse", True), "fedpergnn": ("rmse", True)}
-
-
-def main_metric(protocol: str) -> tuple[str, bool]:
-    return MAIN_METRIC.get(protocol, ("recall@20", False))
 
 
 def _run(args, protocol: str, conditions: Conditions, dataset, params: dict) -> tuple[dict, list]:
@@ -59,12 +53,12 @@ def _params(args, protocol: str) -> dict:
 def dropout_curve(args, dataset) -> dict:
     figures = {}
     for protocol in args.protocols:
-        metric, _ = main_metric(protocol)
         rows = []
         for p in args.dropouts:
             summary, _ = _run(
                 args, protocol, Conditions(dropout=p), dataset, _params(args, protocol)
             )
+            metric, _ = main_metric(summary["metrics"])
             rows.append(
                 {
                     "dropout": p,
@@ -103,11 +97,11 @@ DEPLOYMENTS = {
 def deploy_time(args, dataset) -> dict:
     figures = {}
     for protocol in args.protocols:
-        metric, lower = main_metric(protocol)
         out = {}
         for name, cond in DEPLOYMENTS.items():
             summary, rows = _run(args, protocol, cond, dataset, _params(args, protocol))
-            t90, final = time_to_target(rows, metric, lower)
+            metric, better = main_metric(summary["metrics"])
+            t90, final = time_to_target(rows, metric, better == "lower")
             out[name] = {
                 metric: final,
                 "sim_seconds_to_90pct": t90,

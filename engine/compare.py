@@ -286,14 +286,17 @@ def _entry_record(e: Entry) -> dict:
 
 
 def main_metric(metrics: dict) -> tuple[str | None, str | None]:
-    """(name, "higher"|"lower") of the figure a protocol is judged by: recall@k (k = 20 when
-    there, else the largest) for ranking, RMSE for rating prediction."""
-    recalls = [k for k in metrics if k.startswith("recall@") and metrics[k] is not None]
+    """(name, "higher" | "lower") of the figure a run is judged by, among ``metrics``' entries
+    that are not None: recall@20 (else the largest recall@k) for ranking, RMSE (a central rating
+    model's ``test_rmse``) for rating prediction; (None, None) without either."""
+    names = {k for k, v in metrics.items() if v is not None}
+    recalls = [k for k in names if k.startswith("recall@") and k[7:].isdigit()]
     if recalls:
-        name = "recall@20" if "recall@20" in recalls else max(recalls, key=lambda k: int(k[7:]))
-        return name, "higher"
-    if metrics.get("rmse") is not None:
-        return "rmse", "lower"
+        best = "recall@20" if "recall@20" in recalls else max(recalls, key=lambda k: int(k[7:]))
+        return best, "higher"
+    for name in ("rmse", "test_rmse"):
+        if name in names:
+            return name, "lower"
     return None, None
 
 

@@ -15,6 +15,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
+from engine.compare import main_metric  # noqa: E402
+
 SUMMARY_KEYS = (
     "protocol",
     "dataset",
@@ -147,17 +149,12 @@ def _metric_names(rows: list[dict]) -> list[str]:
     )
 
 
-def main_metric(rows: list[dict]) -> str | None:
-    """The figure a run is judged by: recall@20 (else the largest recall@k) for ranking, RMSE for
-    rating prediction, else the first metric by name."""
+def _plotted_metric(rows: list[dict]) -> str | None:
+    """The metric a comparison plot draws for a run: its main metric over every evaluated row,
+    else its first metric by name."""
     names = _metric_names(rows)
-    recalls = [k for k in names if k.startswith("recall@") and k[7:].isdigit()]
-    if recalls:
-        return "recall@20" if "recall@20" in recalls else max(recalls, key=lambda k: int(k[7:]))
-    for name in ("rmse", "test_rmse"):
-        if name in names:
-            return name
-    return names[0] if names else None
+    name, _ = main_metric({k: 0.0 for k in names})
+    return name or (names[0] if names else None)
 
 
 # the figure each protocol's paper claims, beside the rigorous ε (keys of privacy_scalars)
@@ -465,7 +462,7 @@ def plot_comparison(runs: dict[str, list[dict]], out_dir: Path) -> list[Path]:
     color = {label: colors(i % colors.N) for i, label in enumerate(runs)}
     by_metric: dict[str, list[str]] = {}
     for label, rows in runs.items():
-        name = main_metric(rows)
+        name = _plotted_metric(rows)
         if name is not None:
             by_metric.setdefault(name, []).append(label)
     written = []

@@ -9,7 +9,7 @@ import pytest
 from benchmarks.run_report import RunDirError, summarize
 from engine.report import (
     RunReport,
-    main_metric,
+    _plotted_metric,
     plot_comparison,
     plot_run,
     privacy_points,
@@ -135,13 +135,15 @@ def test_privacy_points_read_the_rigorous_and_the_paper_figures():
     assert privacy_points({"epsilon": None})["epsilon"] is None
 
 
-def test_main_metric_prefers_recall_at_20_then_rmse():
+def test_plotted_metric_prefers_recall_at_20_then_rmse():
     assert (
-        main_metric([{"metrics": {"recall@10": 0.1, "recall@20": 0.2, "mrr@20": 0.3}}])
+        _plotted_metric([{"metrics": {"recall@10": 0.1, "recall@20": 0.2, "mrr@20": 0.3}}])
         == "recall@20"
     )
-    assert main_metric([{"metrics": {}}, {"metrics": {"rmse": 1.0, "val_rmse": 1.1}}]) == "rmse"
-    assert main_metric([{"metrics": {}}]) is None
+    rows = [{"metrics": {}}, {"metrics": {"rmse": 1.0, "val_rmse": 1.1}}]
+    assert _plotted_metric(rows) == "rmse"
+    assert _plotted_metric([{"metrics": {"mrr@20": 0.3, "hit@20": 0.5}}]) == "hit@20"
+    assert _plotted_metric([{"metrics": {}}]) is None
 
 
 def test_plot_comparison_writes_its_files(tmp_path):
