@@ -19,10 +19,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import json
 import time
 
 from benchmarks.common import parse_key_values, write_result
+from benchmarks.run_report import read_rows
 from data.registry import load_dataset
 from data.splits import random_split
 from data.types import RecDataset
@@ -50,8 +50,7 @@ def grid(pairs: list[str]) -> list[dict]:
 
 
 def _curve(run_dir) -> list[dict]:
-    rows = (json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines())
-    return [{"round": r["round"], **r["metrics"]} for r in rows if r.get("metrics")]
+    return [{"round": r["round"], **r["metrics"]} for r in read_rows(run_dir) if r.get("metrics")]
 
 
 def _run(protocol: str, ds: RecDataset, params: dict, rounds: int, args) -> dict:
