@@ -8,10 +8,10 @@ its device. One round (``run_round``):
 2. ``train``     each sampled user draws P (positive, negative) pairs from its own data, computes
                  the BPR gradients (models/bpr.py), updates p_u locally with SGD (``user_steps``
                  = S steps on the same pairs: the first S − 1 on p_u alone with Q fixed) and
-                 uploads the item gradients of its 2P sampled slots at the last step: ids + rows. Uploads have a fixed size, so
-                 their length says nothing about how many items the user has; the ids do reveal
-                 which items were sampled — the known leak of this baseline, which FedPerGNN's
-                 pseudo items hide.
+                 uploads the item gradients of its 2P sampled slots at the last step: ids + rows.
+                 Uploads have a fixed size, so their length says nothing about how many items the
+                 user has; the ids do reveal which items were sampled — the known leak of this
+                 baseline, which FedPerGNN's pseudo items hide.
 3. ``aggregate`` the server sums the uploads that arrived row by row (in a fixed order), averages
                  over them and takes an Adam step on Q. A sampled user who is offline never
                  uploads; with fewer than ``min_participants`` uploads (a run condition) the
