@@ -13,11 +13,11 @@ goes through the same runner as ``launch.py`` and writes its run directory under
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
 from benchmarks.common import parse_key_values, write_result
+from benchmarks.run_report import read_rows
 from cluster.runtime import start_or_join
 from data.registry import default_data_dir, load_dataset
 from engine import RunSettings, run
@@ -37,7 +37,7 @@ def _run(args, protocol: str, conditions: Conditions, dataset, params: dict) -> 
         conditions=conditions,
     )
     run_dir, summary = run(settings, dataset, dataset.meta)
-    rows = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    rows = read_rows(Path(run_dir))
     return summary, rows
 
 
