@@ -236,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="RUN_DIR",
         help="continue the run in RUN_DIR from its checkpoint up to --rounds rounds in all, same "
-        "protocol, data and placement (only --rounds, --address, --checkpoint-every, --no-progress apply)",
+        "protocol, data and placement (only --rounds, --address, --checkpoint-every, --no-progress "
+        "apply, and protocol flags its Config lets change mid-run: step sizes, --eval-every)",
     )
     return p
 
@@ -346,13 +347,13 @@ def parse(argv: list[str] | None = None):
     if args.checkpoint_every < 0:
         parser.error(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
     if args.resume is not None:
-        if extras or args.config is not None:
+        if args.config is not None:
             parser.error(
                 "--resume takes the protocol, its parameters and the data from the checkpoint"
             )
         if not Path(args.resume).is_dir():
             parser.error(f"--resume {args.resume!r} is not a directory")
-        return parser, args, {}, {}, {}
+        return parser, args, _resume_flags(parser, args.resume, extras), {}, {}
     _check_shared(parser, args)
     params, dataset_opts, conditions, _ = _read_config(parser, args, compare=False)
     if extras:
@@ -364,6 +365,22 @@ def parse(argv: list[str] | None = None):
             parser.error(f"--protocol {args.protocol}: {e}")
     _condition_flags(parser, args, conditions)
     return parser, args, params, dataset_opts, conditions
+
+
+def _resume_flags(parser, run_dir: str, extras: list[str]) -> dict:
+    """Protocol flags given with ``--resume``, typed by the run's protocol (its config.json);
+    engine.resume accepts only the Config's ``RESUMABLE`` ones."""
+    if not extras:
+        return {}
+    from protocols import get_protocol
+
+    try:
+        name = json.loads((Path(run_dir) / "config.json").read_text())["settings"]["protocol"]
+        return protocol_flags(extras, get_protocol(name).Config)
+    except (OSError, KeyError, json.JSONDecodeError) as e:
+        parser.error(f"--resume {run_dir}: cannot read its protocol from config.json ({e})")
+    except ValueError as e:
+        parser.error(f"--resume {run_dir}: {e}")
 
 
 def _check_shared(parser, args) -> None:
@@ -516,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
         return compare_main(argv[1:])
     parser, args, params, dataset_opts, condition_values = parse(argv)
     if args.resume is not None:
-        return _resume(parser, args)
+        return _resume(parser, args, params)
     from engine import run
     from nodes.deployment import HostLostError, PlacementError
     from protocols import get_protocol
@@ -609,10 +626,11 @@ def compare_main(argv: list[str]) -> int:
     return 0 if any(r["status"] == "ok" for r in comparison["protocols"]) else 1
 
 
-def _resume(parser, args) -> int:
+def _resume(parser, args, params: dict) -> int:
     from engine import resume
     from engine.checkpoint import CheckpointError
     from nodes.deployment import HostLostError, PlacementError
+    from protocols.base import ConfigError
 
     try:
         run_dir, summary = resume(
@@ -621,8 +639,9 @@ def _resume(parser, args) -> int:
             address=args.address,
             progress=not args.no_progress,
             checkpoint_every=args.checkpoint_every or None,
+            params=params,
         )
-    except (CheckpointError, PlacementError) as e:
+    except (CheckpointError, PlacementError, ConfigError) as e:
         parser.error(f"--resume: {e}")
     except HostLostError as e:
         print(f"launch.py: run stopped: {e}", file=sys.stderr)

@@ -4,6 +4,7 @@ deployment of a protocol (:func:`deploy`, the one way tests, benchmarks and the 
 from __future__ import annotations
 
 import dataclasses
+import json
 import platform
 import sys
 import time
@@ -26,6 +27,7 @@ from protocols.base import (
     ProtocolConfig,
     UnsuitableDataError,
     build_config,
+    resolve_aliases,
 )
 
 
@@ -97,9 +99,12 @@ def resume(
     address: str | None = None,
     progress: bool = True,
     checkpoint_every: int | None = None,
+    params: dict | None = None,
 ) -> tuple[Path, dict]:
     """Continue the run in ``run_dir`` from its checkpoint up to ``rounds`` rounds in all, on the
-    same placement; its metrics.jsonl and summary.json are continued as if never interrupted."""
+    same placement; its metrics.jsonl and summary.json are continued as if never interrupted.
+    ``params`` changes protocol parameters from the next round on, only those the protocol's
+    Config names ``RESUMABLE`` (step sizes, reporting); config.json records the change."""
     state = load_checkpoint(run_dir)
     start = state["next_round"]
     if rounds <= start:
@@ -109,11 +114,18 @@ def resume(
     settings = dataclasses.replace(
         state["settings"], rounds=rounds, address=address, progress=progress
     )
+    protocol = state["protocol"]
+    if params:
+        protocol.config = _resumed_config(protocol.config, params)
+        settings.params = (
+            protocol.config
+            if isinstance(settings.params, ProtocolConfig)
+            else {**settings.params, **resolve_aliases(type(protocol.config), params)}
+        )
     if checkpoint_every is not None:
         settings.checkpoint_every = checkpoint_every
     # injected faults (--kill-host) are a test of the interrupted run, not replayed on resume
     settings.conditions = dataclasses.replace(settings.conditions, kill_hosts=())
-    protocol = state["protocol"]
     specs = protocol.node_specs()
     assign_hosts(specs, settings.placement, settings.hosts)
     start_or_join(settings.address)
@@ -125,6 +137,8 @@ def resume(
         report.close()
         dep.close()
         raise
+    if params:
+        _record_change(Path(run_dir), start, protocol.config, params)
     return _drive(
         settings,
         protocol.config,
@@ -138,6 +152,29 @@ def resume(
         state["elapsed"],
         state.get("totals", {}),
     )
+
+
+def _resumed_config(config: ProtocolConfig, params: dict) -> ProtocolConfig:
+    """``config`` with ``params`` changed, checked; only ``RESUMABLE`` fields may change."""
+    cls = type(config)
+    params = resolve_aliases(cls, params)
+    frozen = sorted(set(params) - set(cls.RESUMABLE))
+    if frozen:
+        raise ConfigError(
+            f"{', '.join(frozen)}: cannot change when a run resumes "
+            f"(may change: {', '.join(cls.RESUMABLE)})"
+        )
+    return build_config(cls, {**dataclasses.asdict(config), **params})
+
+
+def _record_change(run_dir: Path, start: int, config: ProtocolConfig, params: dict) -> None:
+    path = run_dir / "config.json"
+    if not path.is_file():
+        return
+    record = json.loads(path.read_text())
+    record["protocol_config"] = dataclasses.asdict(config)
+    record.setdefault("resumed_with", []).append({"from_round": start, "params": params})
+    path.write_text(json.dumps(record, indent=2) + "\n")
 
 
 def deploy(

@@ -41,9 +41,13 @@ class ProtocolConfig:
     One vocabulary across protocols: ``clip`` (clipping bound), ``privacy_delta`` (δ of the DP
     guarantee), ``mechanism`` (the privacy mechanism switch), ``l2`` (L2 regularization weight),
     ``key_server`` (the key-server role). ``ALIASES`` maps a subclass's old parameter names to
-    the new ones: :func:`build_config` still takes them, with a :class:`RenamedParameterWarning`."""
+    the new ones: :func:`build_config` still takes them, with a :class:`RenamedParameterWarning`.
+    ``RESUMABLE`` names the fields :func:`engine.resume` may change from the next round on."""
 
     ALIASES: ClassVar[dict[str, str]] = {}  # old parameter name -> field name
+    # parameters a resumed run may change (``--resume RUN --rounds N --eval-every 5``): they set
+    # the step size or the reporting of the rounds to come, never the shape of the nodes' state
+    RESUMABLE: ClassVar[tuple[str, ...]] = ("eval_every",)
 
     eval_every: int = 0  # evaluate every N rounds (0: only at the end)
     eval_k: int = 20

@@ -93,4 +93,37 @@ def test_bad_checkpoints_are_named(tmp_path, capsys):
     assert "--resume" in capsys.readouterr().err.strip().splitlines()[-1]
     with pytest.raises(SystemExit):
         launch.main(["--resume", str(tmp_path), "--dim", "4"])
+    assert "config.json" in capsys.readouterr().err.strip().splitlines()[-1]
+    cfg = tmp_path / "run.toml"
+    cfg.write_text("dim = 4\n")
+    with pytest.raises(SystemExit):
+        launch.main(["--resume", str(tmp_path), "--config", str(cfg)])
     assert "from the checkpoint" in capsys.readouterr().err
+
+
+def test_resumed_with_a_cooldown_equals_the_run_with_it_from_the_start(ray_local, tmp_path, capsys):
+    """A step-size parameter changed on resume (DGREC's cooldown, from the round the run resumes
+    at) gives the rounds a run configured so from the start makes; config.json records the
+    change; a parameter that shapes the nodes' state is refused in one line."""
+    data = synthetic(n_users=30, n_items=40, seed=4)
+    params = {"dim": 8, "hidden": 8, "n_interests": 2, "pairs": 8, "eval_every": 1}
+    cool = {"lr_cooldown_at": 2, "lr_cooldown_rounds": 3}
+    kw = dict(protocol="dgrec", hosts=1)
+    full_dir, full = run(_settings(tmp_path, "full", params={**params, **cool}, **kw), data)
+    flat_dir, flat = run(_settings(tmp_path, "flat", params=params, **kw), data)
+    part_dir, _ = run(
+        _settings(tmp_path, "part", rounds=2, checkpoint_every=2, params=params, **kw), data
+    )
+    assert flat["metrics"] != full["metrics"]  # the cooldown changes rounds 2 and 3
+    with pytest.raises(SystemExit):
+        launch.main(["--resume", str(part_dir), "--rounds", "4", "--dim", "4", "--no-progress"])
+    assert "dim: cannot change when a run resumes" in capsys.readouterr().err
+    flags = ["--lr-cooldown-at", "2", "--lr-cooldown-rounds", "3", "--no-progress"]
+    assert launch.main(["--resume", str(part_dir), "--rounds", "4", *flags]) == 0
+    resumed = json.loads((part_dir / "summary.json").read_text())
+    for key in ("metrics", "bytes_total", "bytes_by_kind", "messages"):
+        assert resumed[key] == full[key], key
+    assert _rows(part_dir) == _rows(full_dir)
+    record = json.loads((part_dir / "config.json").read_text())
+    assert record["resumed_with"] == [{"from_round": 2, "params": cool}]
+    assert record["protocol_config"]["lr_cooldown_rounds"] == 3

@@ -324,11 +324,27 @@ def test_small_synthetic_run_beats_popularity(ray_local):
         ("validation", 1.0),
         ("validate_every", 0),
         ("lr_decay", -0.1),
+        ("lr_cooldown_rounds", -1),
     ],
 )
 def test_bad_config_names_the_parameter(key, value):
     with pytest.raises(ConfigError, match=key):
         build_config(DGREC.Config, {key: value})
+
+
+def test_step_size_decays_then_cools_down_to_zero():
+    c = build_config(DGREC.Config, {"lr": 0.5, "lr_decay": 0.1, "lr_cooldown_at": 10})
+    assert [c.step_size(t) for t in (0, 10)] == [0.5, 0.25]  # no cooldown without its length
+    c = build_config(DGREC.Config, {"lr": 0.5, "lr_cooldown_at": 10, "lr_cooldown_rounds": 4})
+    assert [c.step_size(t) for t in (0, 9, 10, 11, 13, 14, 20)] == [
+        0.5,
+        0.5,
+        0.5,
+        0.375,
+        0.125,
+        0.0,
+        0.0,
+    ]
 
 
 def test_held_out_items_never_leave_a_user_nor_count_as_test_candidates(ray_local):

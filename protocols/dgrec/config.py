@@ -18,7 +18,15 @@ copy over-fits its own pairs after a while. ``validation = f``: each user holds 
 its own training items (drawn with its own RNG; never trained on, never publicized), scores them
 with its current model every ``validate_every`` rounds and keeps a copy of the model whenever its
 NDCG@K on them is at least its best so far; evaluation ranks with the kept copy. ``lr_decay = c``:
-step size lr / (1 + c·t) in round t. Both are local to the user: no message, no privacy spent.
+step size lr / (1 + c·t) in round t. ``lr_cooldown_rounds = L`` from round ``lr_cooldown_at = a``:
+the step falls linearly to zero over the run's last L rounds (warmup-stable-decay, Hägele et al.
+2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations"):
+
+    η_t = lr / (1 + c·t) · min(1, max(0, 1 − (t − a) / L))      (a + L = the run's rounds)
+
+All are local to the user: no message, no privacy spent. The step-size fields may change when a
+run is resumed (``RESUMABLE``): a run resumed at round a with a cooldown from a makes the rounds a
+run with that cooldown from the start would have made.
 """
 
 from __future__ import annotations
@@ -39,6 +47,10 @@ PAPER_RDP = (1.5, 0.54)  # the paper's stated (α, ε) RDP guarantee
 @dataclasses.dataclass
 class DGRECConfig(ProtocolConfig):
     ALIASES: ClassVar[dict[str, str]] = {"delta": "clip", "sharing": "mechanism", "l2_weight": "l2"}
+    RESUMABLE: ClassVar[tuple[str, ...]] = (
+        *ProtocolConfig.RESUMABLE,
+        *("lr", "lr_decay", "lr_cooldown_at", "lr_cooldown_rounds"),
+    )
 
     # model (stage 2); "lightgcn" is the DLGNN baseline (models/dgrec.py DLGNNUserModel)
     model: str = "dgrec"
@@ -74,6 +86,8 @@ class DGRECConfig(ProtocolConfig):
     validation: float = 0.0  # fraction of its own training items a user holds out
     validate_every: int = 10  # rounds between a user's validation checks
     lr_decay: float = 0.0  # lr / (1 + lr_decay·t) in round t
+    lr_cooldown_at: int = 0  # first round of the linear cooldown
+    lr_cooldown_rounds: int = 0  # its length L: η falls to 0 over L rounds (0: no cooldown)
     # accounting
     privacy_delta: float = 1e-5
     # runtime: a host computes its users' training and evaluation in one batched pass
@@ -101,6 +115,15 @@ class DGRECConfig(ProtocolConfig):
         require(0.0 <= self.validation < 1.0, "validation", "must be in [0, 1)")
         require(self.validate_every >= 1, "validate_every", "must be >= 1")
         require(self.lr_decay >= 0, "lr_decay", "must be >= 0")
+        require(self.lr_cooldown_at >= 0, "lr_cooldown_at", "must be >= 0")
+        require(self.lr_cooldown_rounds >= 0, "lr_cooldown_rounds", "must be >= 0")
+
+    def step_size(self, t: int) -> float:
+        """η_t, the step of round t (module docstring)."""
+        lr = self.lr / (1.0 + self.lr_decay * max(t, 0))
+        if self.lr_cooldown_rounds > 0 and t >= self.lr_cooldown_at:
+            lr *= max(0.0, 1.0 - (t - self.lr_cooldown_at) / self.lr_cooldown_rounds)
+        return lr
 
     def laplace_lambda(self) -> float:
         return self.laplace_scale if self.laplace_scale > 0 else 2 * self.clip / self.beta

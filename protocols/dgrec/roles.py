@@ -316,7 +316,7 @@ class DGRECUser(Node):
         self._receive_shares(inbox)
         if not self.in_tree:
             return
-        lr = self.config.lr / (1.0 + self.config.lr_decay * max(self.round, 0))
+        lr = self.config.step_size(self.round)
         origins = sorted(self.held)
         mean = decode_held(self.held, self.config)  # eq. 6 over the gradients that arrived
         with torch.no_grad():
