@@ -17,11 +17,11 @@ import statistics
 from pathlib import Path
 
 from benchmarks.common import parse_key_values, write_result
-from benchmarks.run_report import read_rows
 from cluster.runtime import start_or_join
 from data.registry import default_data_dir, load_dataset
 from engine import RunSettings, run
 from engine.compare import main_metric
+from engine.report import read_rows
 from nodes.conditions import Conditions
 
 

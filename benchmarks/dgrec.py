@@ -29,6 +29,7 @@ from benchmarks.common import write_result
 from data.registry import load_dataset
 from data.types import RecDataset
 from engine import RunSettings, run
+from engine.report import read_rows
 from models.baselines import popularity_metrics
 
 # the DGREC variants: the paper's Table 3 switches, and ρ = 0.2 (Figure 2)
@@ -88,7 +89,7 @@ def one(protocol: str, params: dict, dataset, rounds: int, hosts: int, out: str)
         "run_dir": summary["run_dir"],
     }
     if protocol in ("dgrec", "dlgnn"):
-        rows = [json.loads(line) for line in open(Path(summary["run_dir"]) / "metrics.jsonl")]
+        rows = read_rows(Path(summary["run_dir"]))
         trains = [r["train"] for r in rows if r["train"].get("members")]
         n = max(1, len(trains))
         figures["loss_first_last"] = [trains[0]["loss"], trains[-1]["loss"]] if trains else None

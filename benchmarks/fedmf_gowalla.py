@@ -7,11 +7,11 @@ beside the FedeRank figure quoted in the FedLightGCN thesis (0.1440 / 0.1164).
 from __future__ import annotations
 
 import argparse
-import json
 
 from benchmarks.common import write_result
 from data.registry import load_dataset
 from engine import RunSettings, run
+from engine.report import read_rows
 
 THESIS_FEDERANK = {"recall@20": 0.1440, "ndcg@20": 0.1164}
 
@@ -40,14 +40,13 @@ def main() -> None:
         ),
         ds,
     )
+    rows = read_rows(run_dir)
     curve = [
         {"round": r["round"], **{k: r["metrics"][k] for k in ("recall@20", "ndcg@20")}}
-        for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+        for r in rows
         if r["metrics"]
     ]
-    rounds_seconds = [
-        json.loads(line)["seconds"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
-    ]
+    rounds_seconds = [r["seconds"] for r in rows]
     write_result(
         "fedmf_gowalla",
         {

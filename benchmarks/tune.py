@@ -22,12 +22,12 @@ import itertools
 import time
 
 from benchmarks.common import parse_key_values, write_result
-from benchmarks.run_report import read_rows
 from data.registry import load_dataset
 from data.splits import random_split
 from data.types import RecDataset
 from engine import RunSettings, run
 from engine.compare import main_metric
+from engine.report import read_rows
 
 
 def validation_dataset(ds: RecDataset, fraction: float, seed: int) -> RecDataset:

@@ -395,9 +395,10 @@ def _plots(rows: list[dict], cmp_dir: Path) -> tuple[list[str], str | None]:
     runs: dict[str, list[dict]] = {}
     for r in rows:
         if r["status"] == "ok" and r.get("run_dir"):
-            path = Path(r["run_dir"]) / "metrics.jsonl"
-            if path.is_file():
-                runs[r["label"]] = [json.loads(x) for x in path.read_text().splitlines() if x]
+            try:
+                runs[r["label"]] = report.read_rows(Path(r["run_dir"]))
+            except report.RunDirError:
+                continue
     if not runs:
         return [], None
     try:

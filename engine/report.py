@@ -68,6 +68,30 @@ def _jsonable(x):
     return x
 
 
+class RunDirError(ValueError):
+    """The folder is not a readable launch.py run directory."""
+
+
+def read_rows(run_dir: Path) -> list[dict]:
+    """metrics.jsonl rows; a resumed run may repeat rounds after its checkpoint: the last
+    written row of each round wins (it is the one the finished run continued from)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise RunDirError(f"{run_dir}: no metrics.jsonl (not a launch.py run directory?)")
+    by_round: dict[int, dict] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            by_round[int(row["round"])] = row
+        except (ValueError, KeyError, TypeError) as err:
+            raise RunDirError(f"{path}:{number}: not a metrics row ({err})") from None
+    if not by_round:
+        raise RunDirError(f"{path}: no rows")
+    return [by_round[r] for r in sorted(by_round)]
+
+
 class RunReport:
     def __init__(self, run_dir: Path, resume_after: int | None = None):
         """``resume_after=r`` continues an existing report: rows of rounds after ``r`` (written
