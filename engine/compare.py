@@ -449,13 +449,15 @@ def fmt(x) -> str:
     return str(x)
 
 
-def fmt_bytes(n) -> str:
+def fmt_bytes(n, spec: str = ".1f") -> str:
+    """``n`` bytes in decimal units (kB = 1000 B): ``spec`` formats the number above 1000 B (".1f"
+    in the tables, ".3g" on plot axes); a count under 1000 is whole bytes; None is "—"."""
     if n is None:
         return "—"
     n = float(n)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.0f} B" if unit == "B" else f"{n:{spec}} {unit}"
         n /= 1000
     raise AssertionError("unreachable")
 

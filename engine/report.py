@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
-from engine.compare import main_metric  # noqa: E402
+from engine.compare import fmt_bytes, main_metric  # noqa: E402
 
 SUMMARY_KEYS = (
     "protocol",
@@ -243,11 +243,8 @@ def _series(rows: list[dict], x_key: str, get) -> tuple[list[float], list[float]
 
 # --- drawing -------------------------------------------------------------------------------------
 def _human_bytes(n: float, _pos=None) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000:
-            return f"{n:.3g} {unit}"
-        n /= 1000
-    return f"{n:.3g} PB"
+    """A byte count on a plot's axis (matplotlib's FuncFormatter signature)."""
+    return fmt_bytes(n, ".3g")
 
 
 def _style(n_points: int) -> dict:
