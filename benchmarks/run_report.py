@@ -50,6 +50,7 @@ def summarize(run_dir: Path) -> dict:
         "protocol": config.get("settings", {}).get("protocol"),
         "dataset": config.get("dataset"),
         "protocol_config": config.get("protocol_config"),
+        "resumed_with": config.get("resumed_with", []),  # parameters changed on --resume
         "rounds_done": rows[-1]["round"] + 1,
         "complete": bool(summary) and summary.get("rounds") == rows[-1]["round"] + 1,
         "curve": curve,

@@ -9,6 +9,7 @@ import pickle
 import pytest
 
 import launch
+from benchmarks.run_report import summarize
 from data.synthetic import synthetic
 from engine import RunSettings, resume, run
 from engine.checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
@@ -127,3 +128,4 @@ def test_resumed_with_a_cooldown_equals_the_run_with_it_from_the_start(ray_local
     record = json.loads((part_dir / "config.json").read_text())
     assert record["resumed_with"] == [{"from_round": 2, "params": cool}]
     assert record["protocol_config"]["lr_cooldown_rounds"] == 3
+    assert summarize(part_dir)["resumed_with"] == record["resumed_with"]
