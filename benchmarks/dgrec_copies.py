@@ -8,7 +8,10 @@ mean of its neighbourhood's one-bit gradients (eq. 6), so copies drift apart by 
 received. For each parameter tensor it reports the root mean square of a copy, of the mean copy
 θ̄ = mean_u θ_u (the consensus) and of the deviations θ_u − θ̄; then Recall@K of every user ranked
 with its own copy (what the run reports) and with θ̄. A consensus that ranks far better would
-mean the copies' noise, not the model, holds the run down.
+mean the copies' noise, not the model, holds the run down. Last, the size of the local gradients
+against the clip δ (``--gradient-users`` users, one draw of their pairs each): the one-bit code
+carries clip(g, δ) with noise of standard deviation ≈ δ·coth(β/2) per element whatever g is, so
+elements far below δ are sent at a signal-to-noise ratio of |g| / (δ·coth(β/2)).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import torch
 
 from benchmarks.common import write_result
 from engine.checkpoint import load_checkpoint
+from models.dgrec_factory import grad_vector
 from models.metrics import ranking_metrics, topk_excluding
 from protocols.dgrec.ranking import scores
 
@@ -60,10 +64,34 @@ def recall(users, model_of, k: int, chunk: int = 128) -> float:
     return float(np.concatenate(values).mean())
 
 
+def gradient_sizes(users, clip: float) -> dict:
+    """|g| per element of the users' local gradients of the shared parameters, against ``clip``."""
+    grads = []
+    for u in users:
+        u._ensure_graph()
+        u.model.zero_grad(set_to_none=True)
+        loss, _ = u._loss()
+        loss.backward()
+        grads.append(grad_vector(u.shared_params).abs())
+        u.model.zero_grad(set_to_none=True)
+    g = torch.stack(grads)
+    nonzero = g[g > 0]
+    return {
+        "users": len(users),
+        "elements": g.shape[1],
+        "share_zero": float((g == 0).float().mean()),
+        "share_clipped": float((g > clip).float().mean()),
+        "median_nonzero": float(nonzero.median()),
+        "p90_nonzero": float(nonzero.quantile(0.9)),
+        "clip": clip,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--name", required=True, help="benchmarks/out/<name>.json")
+    ap.add_argument("--gradient-users", type=int, default=200)
     args = ap.parse_args()
     state, users = users_of(args.run_dir)
     if not users or not hasattr(users[0], "shared_params"):
@@ -92,6 +120,9 @@ def main() -> None:
             "parameters": spread,
             f"recall@{k}_own_copies": own,
             f"recall@{k}_consensus": recall(users, lambda u: consensus, k),
+            "gradients": gradient_sizes(
+                users[: args.gradient_users], state["protocol"].config.clip
+            ),
         },
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.dgrec_copies import recall, users_of
+from benchmarks.dgrec_copies import gradient_sizes, recall, users_of
 from data.synthetic import synthetic
 from engine import RunSettings, run
 
@@ -32,3 +32,7 @@ def test_own_copies_reproduce_the_runs_recall(ray_local, tmp_path):
     assert own == pytest.approx(summary["metrics"]["recall@20"], abs=1e-9)
     a, b = (dict(u.model.named_parameters())["item_emb.weight"] for u in users[:2])
     assert not bool((a == b).all())  # each user's copy took its own neighbourhoods' steps
+    sizes = gradient_sizes(users[:5], clip=0.1)
+    assert sizes["elements"] == sum(p.numel() for p in users[0].shared_params)
+    assert 0 < sizes["share_zero"] < 1 and 0 <= sizes["share_clipped"] < 1
+    assert 0 < sizes["median_nonzero"] <= sizes["p90_nonzero"]
