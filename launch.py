@@ -671,4 +671,8 @@ def _show(summary: dict, run_dir) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as e:  # engine.runner.RunInterrupted names the round and the resume
+        print(f"launch.py: {e or 'interrupted'}", file=sys.stderr)
+        sys.exit(130)

@@ -154,6 +154,16 @@ def resume(
     )
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run: the message names the round and how to resume it."""
+
+
+def _resume_hint(run_dir) -> str:
+    if (Path(run_dir) / "checkpoint.pkl").is_file():
+        return f"; resume with --resume {run_dir}"
+    return "; no checkpoint was written"
+
+
 def _resumed_config(config: ProtocolConfig, params: dict) -> ProtocolConfig:
     """``config`` with ``params`` changed, checked; only ``RESUMABLE`` fields may change."""
     cls = type(config)
@@ -228,6 +238,7 @@ def _drive(
     settings, config, protocol, dataset, dep, report, run_dir, start, metrics, elapsed, totals
 ):
     t_start = time.perf_counter() - elapsed
+    current = start
     sim_total = totals.get("sim_seconds", 0.0)
     faults = list(totals.get("faults", []))
     try:
@@ -240,6 +251,7 @@ def _drive(
             disable=not settings.progress,
         )
         for rnd in bar:
+            current = rnd
             t0 = time.perf_counter()
             dep.begin_round(rnd)
             train = protocol.run_round(dep, rnd)
@@ -318,11 +330,9 @@ def _drive(
         }
         report.write_summary(summary)
     except HostLostError as e:
-        ckpt = Path(run_dir) / "checkpoint.pkl"
-        resume_hint = (
-            f"; resume with --resume {run_dir}" if ckpt.is_file() else "; no checkpoint was written"
-        )
-        raise HostLostError(f"{e}{resume_hint}") from None
+        raise HostLostError(f"{e}{_resume_hint(run_dir)}") from None
+    except KeyboardInterrupt:
+        raise RunInterrupted(f"interrupted in round {current}{_resume_hint(run_dir)}") from None
     finally:
         report.close()
         dep.close()

@@ -129,3 +129,29 @@ def test_resumed_with_a_cooldown_equals_the_run_with_it_from_the_start(ray_local
     assert record["resumed_with"] == [{"from_round": 2, "params": cool}]
     assert record["protocol_config"]["lr_cooldown_rounds"] == 3
     assert summarize(part_dir)["resumed_with"] == record["resumed_with"]
+
+
+def test_ctrl_c_names_the_round_and_the_resume(ray_local, tmp_path, monkeypatch):
+    """Ctrl-C during a run ends it with RunInterrupted (a KeyboardInterrupt) naming the round and
+    the run directory to resume, which then resumes from the last checkpoint."""
+    from engine.runner import RunInterrupted
+    from protocols.fedmf.protocol import FedMF
+
+    data = synthetic(n_users=20, n_items=30, seed=1)
+    real = FedMF.run_round
+
+    def interrupted_in_round_2(self, dep, rnd):
+        if rnd == 2:
+            raise KeyboardInterrupt
+        return real(self, dep, rnd)
+
+    monkeypatch.setattr(FedMF, "run_round", interrupted_in_round_2)
+    with pytest.raises(
+        RunInterrupted, match=r"interrupted in round 2; resume with --resume .*part"
+    ):
+        run(_settings(tmp_path, "part", hosts=1, checkpoint_every=1), data)
+    monkeypatch.setattr(FedMF, "run_round", real)
+    run_dir = next((tmp_path / "part").iterdir())
+    assert load_checkpoint(run_dir)["next_round"] == 2
+    _, resumed = resume(run_dir, 4, progress=False)
+    assert resumed["rounds"] == 4
