@@ -99,9 +99,10 @@ def main() -> None:
     k = state["protocol"].config.eval_k
     consensus = copy.deepcopy(users[0].model)
     spread = {}
+    per_user = [dict(u.model.named_parameters()) for u in users]
     with torch.no_grad():
         for name, param in consensus.named_parameters():
-            copies = torch.stack([dict(u.model.named_parameters())[name] for u in users])
+            copies = torch.stack([p[name] for p in per_user])
             mean = copies.mean(0)
             param.copy_(mean)
             spread[name] = {

@@ -99,8 +99,7 @@ class RunReport:
         self.dir = Path(run_dir)
         self.rows: list[dict] = []
         if resume_after is not None:
-            lines = (self.dir / "metrics.jsonl").read_text().splitlines()
-            self.rows = [r for r in map(json.loads, lines) if r["round"] <= resume_after]
+            self.rows = [r for r in read_rows(self.dir) if r["round"] <= resume_after]
         self._metrics = open(self.dir / "metrics.jsonl", "w")
         for row in self.rows:
             self._metrics.write(json.dumps(row) + "\n")
@@ -108,6 +107,15 @@ class RunReport:
 
     def write_config(self, config: dict) -> None:
         (self.dir / "config.json").write_text(json.dumps(_jsonable(config), indent=2) + "\n")
+
+    def record_change(self, from_round: int, config: dict, params: dict) -> None:
+        """config.json after protocol parameters changed on resume: the new ``protocol_config``,
+        and ``params`` appended to its ``resumed_with`` list."""
+        path = self.dir / "config.json"
+        record = json.loads(path.read_text()) if path.is_file() else {}
+        record["protocol_config"] = config
+        record.setdefault("resumed_with", []).append({"from_round": from_round, "params": params})
+        self.write_config(record)
 
     def add_round(self, row: dict) -> None:
         row = _jsonable(row)

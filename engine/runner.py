@@ -4,7 +4,6 @@ deployment of a protocol (:func:`deploy`, the one way tests, benchmarks and the 
 from __future__ import annotations
 
 import dataclasses
-import json
 import platform
 import sys
 import time
@@ -116,11 +115,12 @@ def resume(
     )
     protocol = state["protocol"]
     if params:
+        params = resolve_aliases(type(protocol.config), params)
         protocol.config = _resumed_config(protocol.config, params)
         settings.params = (
             protocol.config
             if isinstance(settings.params, ProtocolConfig)
-            else {**settings.params, **resolve_aliases(type(protocol.config), params)}
+            else {**settings.params, **params}
         )
     if checkpoint_every is not None:
         settings.checkpoint_every = checkpoint_every
@@ -138,7 +138,7 @@ def resume(
         dep.close()
         raise
     if params:
-        _record_change(Path(run_dir), start, protocol.config, params)
+        report.record_change(start, dataclasses.asdict(protocol.config), params)
     return _drive(
         settings,
         protocol.config,
@@ -165,9 +165,9 @@ def _resume_hint(run_dir) -> str:
 
 
 def _resumed_config(config: ProtocolConfig, params: dict) -> ProtocolConfig:
-    """``config`` with ``params`` changed, checked; only ``RESUMABLE`` fields may change."""
+    """``config`` with ``params`` (current names) changed, checked; only ``RESUMABLE`` fields may
+    change."""
     cls = type(config)
-    params = resolve_aliases(cls, params)
     frozen = sorted(set(params) - set(cls.RESUMABLE))
     if frozen:
         raise ConfigError(
@@ -175,16 +175,6 @@ def _resumed_config(config: ProtocolConfig, params: dict) -> ProtocolConfig:
             f"(may change: {', '.join(cls.RESUMABLE)})"
         )
     return build_config(cls, {**dataclasses.asdict(config), **params})
-
-
-def _record_change(run_dir: Path, start: int, config: ProtocolConfig, params: dict) -> None:
-    path = run_dir / "config.json"
-    if not path.is_file():
-        return
-    record = json.loads(path.read_text())
-    record["protocol_config"] = dataclasses.asdict(config)
-    record.setdefault("resumed_with", []).append({"from_round": start, "params": params})
-    path.write_text(json.dumps(record, indent=2) + "\n")
 
 
 def deploy(
