@@ -7,6 +7,7 @@ reading one message rather than a traceback.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 
@@ -44,9 +45,10 @@ class UnknownDatasetError(ValueError):
     def __init__(self, name: str, known: tuple[str, ...]):
         self.name = name
         super().__init__(
-            f"unknown dataset '{name}' (neither a known name nor an existing folder); known "
+            f"unknown dataset '{name}' (neither a known name nor an existing folder or file); known "
             f"datasets: {', '.join(known)}; or give the path of a folder of dataset files "
-            "(RecBole atomic files, LightGCN train.txt/test.txt, or CSV/TSV)"
+            "(RecBole atomic files, LightGCN train.txt/test.txt, or CSV/TSV) or of one "
+            ".csv/.tsv/.inter interaction file"
         )
 
 
@@ -58,4 +60,37 @@ class UnknownLayoutError(ValueError):
         self.path = Path(root)
         super().__init__(
             f"{self.path}: no dataset layout recognised; looked for {looked_for}; {detail}"
+        )
+
+
+class EmptyDatasetError(DataFormatError):
+    """A dataset that was read without a format error but leaves nothing to train on: no
+    users, no items or no training rows (e.g. every row removed by a filter). The message names
+    the dataset and, where one emptied it, the filter or split; ``path`` is the file or folder
+    read (``None`` for the synthetic dataset) and ``line`` is ``None``."""
+
+    def __init__(self, dataset: str, problem: str, path: str | Path | None = None):
+        self.dataset = dataset
+        self.path = None if path is None else Path(path)
+        self.line = None
+        ValueError.__init__(self, f"dataset '{dataset}': {problem}")
+
+
+class UnknownOptionError(ValueError, TypeError):
+    """Dataset options (keywords of ``load_dataset``, e.g. from a config's ``[dataset]`` table)
+    that the dataset does not take; the message names each, with the closest known option where
+    one is close, and lists the known ones. A ``TypeError`` too, as Python's own error for an
+    unexpected keyword argument is."""
+
+    def __init__(self, dataset: str, options: list[str], known: tuple[str, ...]):
+        self.dataset = dataset
+        self.options = list(options)
+        named = []
+        for option in self.options:
+            close = difflib.get_close_matches(option, known, n=1)
+            named.append(f"'{option}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+        label = "option" if len(named) == 1 else "options"
+        super().__init__(
+            f"dataset '{dataset}': unknown {label} {', '.join(named)}; known options: "
+            f"{', '.join(known)}"
         )

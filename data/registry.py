@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -10,7 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
-from data.errors import DatasetNotFoundError, UnknownDatasetError
+from data.errors import (
+    DatasetNotFoundError,
+    EmptyDatasetError,
+    UnknownDatasetError,
+    UnknownOptionError,
+)
 from data.loaders import (
     RawData,
     build_dataset,
@@ -20,7 +26,7 @@ from data.loaders import (
     load_ml100k,
     load_tang,
 )
-from data.loaders.files import detect_layout, read_folder
+from data.loaders.files import detect_layout, file_layout, read_folder
 from data.loaders.movielens import PUBLISHED_SPLITS as ML100K_SPLITS
 from data.loaders.plain import DIFFNET_SPLITS
 from data.synthetic import synthetic_raw
@@ -142,6 +148,65 @@ def dataset_folder(name: str | Path, data_dir: str | Path | None = None) -> Path
     return None
 
 
+def dataset_file(name: str | Path, data_dir: str | Path | None = None) -> Path | None:
+    """The file a dataset argument that is not a registered name points to: ``name`` itself
+    when it is a file, else ``<data_dir>/<name>`` when that is one; ``None`` otherwise."""
+    path = Path(name).expanduser()
+    if path.is_file():
+        return path.resolve()
+    if data_dir is not None and not path.is_absolute() and (Path(data_dir) / path).is_file():
+        return (Path(data_dir) / path).resolve()
+    return None
+
+
+# the keywords of synthetic_raw that a caller may give (``seed`` is load_dataset's own)
+SYNTHETIC_OPTIONS: tuple[str, ...] = tuple(
+    p for p in inspect.signature(synthetic_raw).parameters if p != "seed"
+)
+# load_dataset's own keywords, listed beside SYNTHETIC_OPTIONS when an option is unknown
+LOAD_OPTIONS = (
+    "split",
+    "test_fraction",
+    "min_user_interactions",
+    "min_item_interactions",
+    "implicit",
+)
+
+
+def _check_not_empty(dataset: RecDataset, path: Path | None) -> None:
+    """Refuse a dataset with no users, no items or no training rows, naming what emptied it:
+    nothing read, the k-core filter (with its thresholds) or the split."""
+    meta = dataset.meta
+    if dataset.n_users and dataset.n_items and len(dataset.train):
+        return
+    if not meta.get("interactions_read"):
+        problem = "no interactions were read"
+        if meta.get("files"):
+            problem += f" (files: {', '.join(meta['files'])})"
+        raise EmptyDatasetError(dataset.name, problem, path)
+    kcore = meta.get("kcore")
+    if kcore is not None and (dataset.n_users == 0 or dataset.n_items == 0):
+        thresholds = [
+            f"{key}={kcore[key]}"
+            for key in ("min_user_interactions", "min_item_interactions")
+            if kcore[key] > 0
+        ]
+        raise EmptyDatasetError(
+            dataset.name,
+            f"the k-core filter {' and '.join(thresholds)} removes every user and item "
+            f"(of {meta['raw_user_ids']} users, {meta['raw_item_ids']} items and "
+            f"{meta['interactions_read']} interactions read); lower it",
+            path,
+        )
+    raise EmptyDatasetError(
+        dataset.name,
+        f"the {meta['split_name']} split leaves no training interactions ({dataset.n_users} "
+        f"users, {len(dataset.test)} test rows"
+        + (f", test_fraction {meta['test_fraction']})" if meta.get("test_fraction") else ")"),
+        path,
+    )
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -150,8 +215,11 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _provenance(dataset: RecDataset, fmt: str, root: Path | None) -> dict:
-    """What a run report records about the data: format, files (sha256, bytes), sizes."""
+def _provenance(
+    dataset: RecDataset, fmt: str, root: Path | None, source: Path | None = None
+) -> dict:
+    """What a run report records about the data: format, path (``source``, else ``root``),
+    files (sha256, bytes), sizes."""
     meta = dataset.meta
     if "file_sha256" not in meta and root is not None:  # a named dataset: hash what was read
         present = [f for f in meta.get("files", []) if (root / f).is_file()]
@@ -162,7 +230,7 @@ def _provenance(dataset: RecDataset, fmt: str, root: Path | None) -> dict:
     return {
         "name": dataset.name,
         "format": fmt,
-        "path": None if root is None else str(root),
+        "path": None if (source or root) is None else str(source or root),
         "files": {f: {"sha256": hashes[f], "bytes": sizes.get(f)} for f in hashes},
         "split": meta.get("split_name"),
         "implicit": meta.get("implicit"),
@@ -193,13 +261,14 @@ def load_dataset(
     test_fraction: float = 0.2,
     **synthetic_kwargs,
 ) -> RecDataset:
-    """Load dataset ``name`` (one of :data:`DATASETS`, or the path of a folder of dataset files)
-    as a :class:`RecDataset`.
+    """Load dataset ``name`` (one of :data:`DATASETS`, or the path of a folder of dataset files
+    or of one interaction file) as a :class:`RecDataset`.
 
     A folder (``name`` itself, or ``<data_dir>/<name>``) holds a dataset in a standard file
     format — RecBole atomic files, LightGCN-style ``train.txt``/``test.txt`` or CSV/TSV — which
     is detected (see :mod:`data.loaders.files`); its own train/test files, when it has them,
-    are the published split ``"files"``.
+    are the published split ``"files"``. A file (found the same way) is read on its own as a
+    CSV/TSV or RecBole ``.inter`` interaction file (:func:`data.loaders.files.file_layout`).
 
     ``split``: ``"auto"`` — the published split where there is one (ml-100k ``u1``, gowalla's
     LightGCN train/test, DiffNet train/val/test), else ``"random"``; ``"random"`` — per-user
@@ -209,27 +278,35 @@ def load_dataset(
     ``min_user_interactions`` / ``min_item_interactions``: iterated k-core applied before a
     random/temporal split, or to the train part of a published split. ``implicit=True`` drops
     ratings and duplicate pairs. ``synthetic_kwargs`` go to :func:`data.synthetic.synthetic_raw`
-    (only for ``"synthetic"``). The full pipeline is described in :mod:`data.loaders.build`;
+    (only for ``"synthetic"``; one it does not take raises :class:`~data.errors.UnknownOptionError`).
+    A dataset left without users, items or training rows (e.g. by the k-core filter) raises
+    :class:`~data.errors.EmptyDatasetError`. The full pipeline is described in :mod:`data.loaders.build`;
     ``meta`` records what was done, and ``meta["provenance"]`` the format, the files read (with
     their sha256) and the sizes (users, items, links, ...).
     """
-    folder = None
+    folder = file = None
     if not isinstance(name, (str, Path)) or str(name) not in DATASETS:
-        folder = dataset_folder(name, data_dir) if isinstance(name, (str, Path)) else None
-        if folder is None:
+        if isinstance(name, (str, Path)):
+            folder = dataset_folder(name, data_dir)
+            file = None if folder is not None else dataset_file(name, data_dir)
+        if folder is None and file is None:
             raise UnknownDatasetError(str(name), DATASETS)
     _check_arguments(test_fraction, min_user_interactions, min_item_interactions)
-    if synthetic_kwargs and (folder is not None or name != "synthetic"):
+    if synthetic_kwargs and (folder is not None or file is not None or name != "synthetic"):
         raise ValueError(
             f"unexpected arguments for dataset '{name}': {', '.join(sorted(synthetic_kwargs))} "
             "(only 'synthetic' takes generator parameters)"
         )
-    if folder is not None:
-        layout = detect_layout(folder)
+    unknown = sorted(set(synthetic_kwargs) - set(SYNTHETIC_OPTIONS))
+    if unknown:
+        raise UnknownOptionError("synthetic", unknown, SYNTHETIC_OPTIONS + LOAD_OPTIONS)
+    source = None
+    if folder is not None or file is not None:
+        layout = detect_layout(folder) if file is None else file_layout(file)
         mode, published = _resolve_split(
             layout.name, split, layout.published_splits, layout.has_timestamps
         )
-        root, fmt = folder, layout.format
+        root, fmt, source = layout.root, layout.format, file
         raw = read_folder(layout, published)
     elif name == "synthetic":
         mode, _ = _resolve_split(name, split, (), True)
@@ -250,5 +327,6 @@ def load_dataset(
         implicit=implicit,
         data_dir=root,
     )
-    dataset.meta["provenance"] = _provenance(dataset, fmt, root)
+    _check_not_empty(dataset, source or root)
+    dataset.meta["provenance"] = _provenance(dataset, fmt, root, source)
     return dataset

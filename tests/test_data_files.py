@@ -262,12 +262,16 @@ def test_unknown_layout_is_one_line_listing_what_was_looked_for(tmp_path):
     (tmp_path / "notes.md").write_text("hello\n")
     (tmp_path / "data.json").write_text("{}\n")
     (tmp_path / "other.csv").write_text("a,b\n1,2\n")  # a header without user and item
+    (tmp_path / "more.tsv").write_text("")
     with pytest.raises(UnknownLayoutError) as info:
         load_dataset(tmp_path)
     msg = str(info.value)
     assert "\n" not in msg and isinstance(info.value, ValueError)
     for looked_for in (".inter", "train.txt", "test.txt", ".csv", "user", "item", "notes.md"):
         assert looked_for in msg
+    # several tables, none usable: each one's problem is listed
+    assert "other.csv header: no user id column" in msg and "'a', 'b'" in msg
+    assert "more.tsv: empty file" in msg
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,11 @@ Layouts, tried in this order:
   item allowed) and ``user_features.csv`` (user column, then one column per feature: numeric when
   every value is a number, else categorical). Each may also be ``.tsv``.
 
+One interaction file may also be given on its own (:func:`file_layout`): a ``.csv``/``.tsv``
+file (or one of another name whose header names a user and an item column) or a RecBole
+``<name>.inter`` file is then the whole dataset, without side files or a published split; a split
+part, a side file or a file of another format is refused with a message to give its folder.
+
 Column names are matched case-insensitively: user ``user_id``/``user``/``userid``/``uid``; item
 ``item_id``/``item``/``itemid``/``iid``; rating ``rating``/``score``; timestamp
 ``timestamp``/``time``/``ts``/``date``/``datetime``. Other columns are ignored (listed in
@@ -33,12 +38,17 @@ The universe is the ids that occur in the interactions; side rows (links, tags, 
 other ids are dropped and counted. Users missing from a features file get the category
 ``<missing>`` (categorical) or the mean (numeric). A malformed row raises
 :class:`~data.errors.DataFormatError` naming the file and line; a folder with none of the
-layouts raises :class:`~data.errors.UnknownLayoutError` listing what was looked for.
+layouts raises :class:`~data.errors.UnknownLayoutError` listing what was looked for — unless
+it holds one CSV/TSV table that is neither a side file nor a split part: that table's problem
+(empty file, or the missing user/item column with the accepted names and the column names not
+recognised) is then raised as a ``DataFormatError``. An interaction file with a header but no
+rows is refused (``"no rows"``).
 """
 
 from __future__ import annotations
 
 import csv
+import difflib
 import hashlib
 import io
 import re
@@ -67,6 +77,7 @@ DELIMITERS = {",": "comma", "\t": "tab", ";": "semicolon", "|": "'|'"}
 PARTS = (("train", "train"), ("val", "valid"), ("test", "test"))
 SIDE_CSV = {"links": "links", "item_tags": "item_tags", "user_features": "user_features"}
 MISSING = "<missing>"
+EMPTY_TABLE = "empty file: a header line naming a user and an item column was expected"
 
 LOOKED_FOR = (
     "RecBole atomic files (<name>.inter, or <name>.train.inter with <name>.test.inter), "
@@ -92,6 +103,7 @@ class Layout:
     side: dict[str, str] = field(default_factory=dict)  # "links"/"item_tags"/"user_features"
     has_ratings: bool = False
     has_timestamps: bool = False
+    single_file: bool = False  # the dataset is the one file ``pooled`` (see :func:`file_layout`)
 
     @property
     def published_splits(self) -> tuple[str, ...]:
@@ -132,6 +144,44 @@ def _csv_header(line: str) -> tuple[str, list[str]]:
 
 def _names_user_item(names: list[str]) -> bool:
     return _role(names, USER_NAMES) is not None and _role(names, ITEM_NAMES) is not None
+
+
+def _header_problem(names: list[str]) -> str | None:
+    """What keeps an interaction file's header (lower-cased names) from being read: each
+    missing user/item column with the names accepted for it, then the columns that are not
+    recognised (with the accepted name they are closest to, if close); ``None`` if none."""
+    missing = [
+        (what, aliases)
+        for what, aliases in (("user id", USER_NAMES), ("item id", ITEM_NAMES))
+        if _role(names, aliases) is None
+    ]
+    if not missing:
+        return None
+    problem = " and ".join(
+        f"no {what} column (accepted names: {', '.join(aliases)})" for what, aliases in missing
+    )
+    known = USER_NAMES + ITEM_NAMES + RATING_NAMES + TIME_NAMES
+    unknown = [n for n in names if n not in known]
+    if not unknown:
+        return f"{problem}; found {', '.join(names)}"
+    wanted = [alias for _, aliases in missing for alias in aliases]
+    shown = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, wanted, n=1, cutoff=0.8)
+        shown.append(repr(name) + (f" (did you mean {close[0]!r}?)" if close else ""))
+    label = "column name" if len(unknown) == 1 else "column names"
+    problem += f"; {label} not recognised: {', '.join(shown)}"
+    if len(names) == 1:
+        problem += " (columns are separated by a comma, tab, semicolon or '|')"
+    return problem
+
+
+def _table_problem(path: Path) -> tuple[str | None, str]:
+    """(place, problem) of a CSV/TSV file that cannot be an interaction table."""
+    line = _first_line(path)
+    if not line.strip():
+        return None, EMPTY_TABLE
+    return "header", _header_problem(_csv_header(line)[1]) or "unreadable header"
 
 
 def detect_layout(root: Path) -> Layout:
@@ -239,8 +289,84 @@ def detect_layout(root: Path) -> Layout:
             _role(names, RATING_NAMES) is not None,
             _role(names, TIME_NAMES) is not None,
         )
+    # No layout. A CSV/TSV table that is neither a side file nor a split part was meant as the
+    # interaction table: when it is the only one its problem is the error, else each is listed.
+    loose = [
+        f for f in tables if f not in used and stem[f] not in ("train", "test", "valid", "val")
+    ]
+    if len(loose) == 1:
+        place, problem = _table_problem(root / loose[0])
+        raise DataFormatError(root / loose[0], place, problem)
     shown = ", ".join(files[:8]) + (f" and {len(files) - 8} more" if len(files) > 8 else "")
-    raise UnknownLayoutError(root, LOOKED_FOR, f"found {shown or 'no files'}")
+    detail = f"found {shown or 'no files'}"
+    for f in loose:
+        place, problem = _table_problem(root / f)
+        detail += f"; {f}{' ' + place if place else ''}: {problem}"
+    split_stems = {stem[f] for f in tables} & {"train", "test", "valid", "val"}
+    if split_stems and not {"train", "test"} <= split_stems:
+        detail += "; a split needs both train.csv and test.csv (or .tsv)"
+    raise UnknownLayoutError(root, LOOKED_FOR, detail)
+
+
+def file_layout(path: Path) -> Layout:
+    """The layout of one interaction file given on its own: a ``.csv``/``.tsv`` file (or a file
+    of another name whose first line is a CSV/TSV header naming a user and an item column) or a
+    RecBole ``<name>.inter`` file. It is the whole dataset (its rows pooled, no side files, no
+    published split). A split part or a side file, or a file of another format, raises a
+    :class:`~data.errors.DataFormatError` saying to give its folder instead."""
+    path = Path(path)
+    name, lower = path.name, path.name.lower()
+    base, suffix = lower.rsplit(".", 1) if "." in lower else (lower, "")
+    suffix = "." + suffix if suffix else ""
+    folder = f"give its folder ({path.parent}) instead"
+    if suffix == ".inter" and base.rsplit(".", 1)[-1] in ("train", "valid", "test"):
+        raise DataFormatError(path, None, f"one part of a RecBole split; {folder}")
+    if suffix in (".csv", ".tsv") and base in ("train", "valid", "val", "test"):
+        raise DataFormatError(path, None, f"one part of a train/test split; {folder}")
+    if suffix in (".csv", ".tsv") and base in SIDE_CSV.values():
+        raise DataFormatError(path, None, f"side information, not interactions; {folder}")
+    if suffix in (".net", ".item", ".user"):
+        raise DataFormatError(path, None, f"RecBole side information, not interactions; {folder}")
+    if lower in ("train.txt", "valid.txt", "test.txt", "trust.txt", "social.txt"):
+        raise DataFormatError(path, None, f"one file of a LightGCN-style folder; {folder}")
+    if suffix == ".inter":
+        line = _first_line(path)
+        names = _recbole_names(line)
+        problem = _header_problem(names) if line.strip() else None  # empty: the reader says so
+        if problem is not None:
+            raise DataFormatError(path, "header", problem)
+        return Layout(
+            "recbole",
+            name[: -len(".inter")],
+            path.parent,
+            name,
+            {},
+            has_ratings=_role(names, RATING_NAMES) is not None,
+            has_timestamps=_role(names, TIME_NAMES) is not None,
+            single_file=True,
+        )
+    _, names = _csv_header(_first_line(path))
+    if suffix not in (".csv", ".tsv") and not _names_user_item(names):
+        raise DataFormatError(
+            path,
+            None,
+            "a dataset given as one file must be a .csv/.tsv file whose header names a user and "
+            f"an item column, or a RecBole .inter file; for other formats {folder}",
+        )
+    # the header is checked before any row, as for a folder's table (a wrong header usually
+    # also makes the rows' field counts disagree with it)
+    if _header_problem(names) is not None:
+        raise DataFormatError(path, *_table_problem(path))
+    return Layout(
+        "csv",
+        name.rsplit(".", 1)[0] if "." in name else name,
+        path.parent,
+        name,
+        {},
+        has_ratings=_role(names, RATING_NAMES) is not None,
+        has_timestamps=_role(names, TIME_NAMES) is not None,
+        single_file=True,
+    )
 
 
 # --------------------------------------------------------------------------- reading rows
@@ -353,7 +479,7 @@ class _Reader:
                 path, f"line {reader.line_num}", str(e), reader.line_num
             ) from None
         if names is None:
-            raise DataFormatError(path, None, "empty file: a header line was expected")
+            raise DataFormatError(path, None, EMPTY_TABLE)
         return _Table(path, names, ["token"] * len(names), rows, numbers, sep)
 
     def table(self, name: str) -> _Table:
@@ -474,15 +600,11 @@ def _table_rows(reader: _Reader, name: str, ignored: dict) -> _Rows:
         "rating": _role(t.names, RATING_NAMES),
         "timestamp": _role(t.names, TIME_NAMES),
     }
-    for what in ("user id", "item id"):
-        if roles[what] is None:
-            aliases = USER_NAMES if what == "user id" else ITEM_NAMES
-            raise DataFormatError(
-                t.path,
-                "header",
-                f"no {what} column (looked for {', '.join(aliases)}; found {', '.join(t.names)})",
-                t.lines[0] - 1 if t.lines else None,
-            )
+    problem = _header_problem(t.names)
+    if problem is not None:
+        raise DataFormatError(t.path, "header", problem, t.lines[0] - 1 if t.lines else None)
+    if not t.rows:
+        raise DataFormatError(t.path, None, "no rows: the file has a header but no interactions")
     used = {i for i in roles.values() if i is not None}
     extra = [n for i, n in enumerate(t.names) if i not in used]
     if extra:
@@ -501,6 +623,10 @@ def _adjacency_rows(reader: _Reader, name: str, meta: dict) -> _Rows:
     rows, _ = reader.ragged(name)
     counts = np.array([len(r) - 1 for r in rows], dtype=np.int64)
     meta.setdefault("lines_without_items", {})[name] = int((counts == 0).sum())
+    if not counts.sum():
+        raise DataFormatError(
+            reader.layout.root / name, None, "no rows: no line lists a user and an item"
+        )
     user = np.repeat(np.array([r[0] for r in rows], dtype=str), counts)
     item = np.array([tok for r in rows for tok in r[1:]], dtype=str)
     return _Rows(user, item, None, None, name)
@@ -688,7 +814,8 @@ def read_folder(layout: Layout, split: str | None) -> RawData:
     if split == FILES_SPLIT and not layout.split_files:
         raise ValueError(f"{layout.name}: the folder has no train/test files")
     reader = _Reader(layout)
-    meta: dict = {"format": layout.format, "source_path": str(layout.root)}
+    source = layout.root / layout.pooled if layout.single_file else layout.root
+    meta: dict = {"format": layout.format, "source_path": str(source)}
     ignored: dict = {}
     if split is None and layout.pooled is not None:
         names = {"all": layout.pooled}
