@@ -1,13 +1,19 @@
-"""What every benchmark records beside its figures: the machine, the date, the command."""
+"""What every benchmark records beside its figures (the machine, the date, the command), and what
+the benchmark commands share: the one-line form of a user's mistake (:class:`UsageError`), the
+checks of a dataset argument, a plain-text table.
+"""
 
 from __future__ import annotations
 
+import argparse
 import ast
+import contextlib
 import datetime
 import json
 import os
 import platform
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -37,7 +43,9 @@ def command() -> str:
     return " ".join(["python", *sys.orig_argv[1:]])
 
 
-def write_result(name: str, figures: dict) -> Path:
+def write_result(name: str, figures: dict, *, echo: bool = True) -> Path:
+    """Write ``benchmarks/out/<name>.json`` (the figures, the date, the command, the machine) and
+    return its path; ``echo``: also print the whole document on stdout."""
     OUT.mkdir(exist_ok=True)
     doc = {
         "benchmark": name,
@@ -48,7 +56,8 @@ def write_result(name: str, figures: dict) -> Path:
     }
     path = OUT / f"{name}.json"
     path.write_text(json.dumps(doc, indent=2, default=float) + "\n")
-    print(json.dumps(doc, indent=2, default=float))
+    if echo:
+        print(json.dumps(doc, indent=2, default=float))
     return path
 
 
@@ -59,9 +68,102 @@ def parse_key_values(pairs: list[str], flag: str) -> dict:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
-            raise SystemExit(f"{flag} {pair!r}: expected key=value")
+            raise UsageError(f"{flag} {pair!r}: expected key=value")
         try:
             out[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             out[key] = value
     return out
+
+
+# --- the command line: a user's mistake is one line and exit status 2 ---------------------------
+class UsageError(SystemExit):
+    """A mistake in a benchmark's command line or in the files it names. :func:`run_main` prints
+    it as one line, ``benchmarks.X: message``, and returns 2; a command that does not go through
+    :func:`run_main` exits with the message and status 1, without a traceback (a SystemExit)."""
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(str(message).split()))  # one line, whatever the message held
+
+    @property
+    def message(self) -> str:
+        return str(self.code)
+
+
+@contextlib.contextmanager
+def usage_errors(what: str | None, kinds: tuple[type[BaseException], ...] = (ValueError, OSError)):
+    """Within: an exception of ``kinds`` is the user's mistake, raised as :class:`UsageError`
+    ``"what: message"`` (``what=None``: the message alone, for errors that name their file). The default kinds cover the checks of the arguments and the loading of
+    the data (ConfigError, UnknownDatasetError, DataFormatError, CheckpointError and RunDirError
+    are ValueErrors, a missing dataset folder or file an OSError); wrap only those steps, so that
+    a bug inside a run keeps its traceback."""
+    try:
+        yield
+    except kinds as err:
+        raise UsageError(str(err) if what is None else f"{what}: {err}") from err
+
+
+def run_main(prog: str, body: Callable[[list[str] | None], int | None], argv) -> int:
+    """``body(argv)``'s exit status (None: 0); a :class:`UsageError` is printed on stderr as
+    ``prog: message`` and gives 2."""
+    try:
+        return body(argv) or 0
+    except UsageError as err:
+        print(f"{prog}: {err.message}", file=sys.stderr)
+        return 2
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors (a missing or malformed flag) are :class:`UsageError`: one line
+    and exit status 2 through :func:`run_main`, like the benchmarks' own checks."""
+
+    def __init__(self, module: str, description: str, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(prog=f"python -m {module}", description=description, **kwargs)
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see --help)")
+
+
+def check_data_dir(data_dir: str | None) -> None:
+    if data_dir is not None and not Path(data_dir).is_dir():
+        raise UsageError(f"--data-dir {data_dir}: not a directory")
+
+
+def check_dataset(name: str, data_dir: str | None, flag: str = "--dataset") -> None:
+    """A dataset argument that names a known dataset whose folder is there, or an existing path
+    (a folder of dataset files, an interaction file; the loader judges its content), checked
+    without reading the data; else :class:`UsageError` naming ``flag``."""
+    from data.errors import UnknownDatasetError
+    from data.registry import DATASETS, SPECS, dataset_root
+
+    check_data_dir(data_dir)
+    with usage_errors(f"{flag} {name}"):
+        if name in SPECS:
+            dataset_root(name, data_dir)  # DatasetNotFoundError when the folder is missing
+        elif name not in DATASETS and not _is_path(name, data_dir):
+            raise UnknownDatasetError(name, DATASETS)
+
+
+def _is_path(name: str, data_dir: str | None) -> bool:
+    path = Path(name).expanduser()
+    under = data_dir is not None and not path.is_absolute() and (Path(data_dir) / path).exists()
+    return path.exists() or under
+
+
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns aligned with spaces, a rule under the header: for the terminal."""
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
+
+    def line(cells) -> str:
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    return "\n".join([line(header), line("-" * w for w in widths), *(line(r) for r in rows)])
+
+
+def shown_path(path: Path) -> str:
+    """``path`` relative to the working directory where it lies below it, else absolute."""
+    path = Path(path).resolve()
+    with contextlib.suppress(ValueError):
+        return str(path.relative_to(Path.cwd()))
+    return str(path)

@@ -17,7 +17,9 @@ HYPERGNN = "hypergnn"  # not a protocol: benchmarks/dgrec.py central_hypergnn (D
 
 # The papers' figures, only from text already in this repository (or found with the search tool,
 # address noted): per paper the dataset they are on, the method's figure per metric and the
-# figure of the baseline that stands where our central baseline (by label) stands.
+# figure of the baseline that stands where our central baseline (by label) stands, each as the
+# paper prints it; ``"percent": True`` marks a paper that prints its ranking figures in percent
+# (9.68 for a recall of 0.0968), which :func:`as_fraction` brings to our runs' fractions.
 FIGURES: dict[str, dict] = {
     # FedLightGCN thesis, gowalla, as quoted in benchmarks/RESULTS.md ("Gowalla, published
     # LightGCN split", column "thesis")
@@ -34,16 +36,25 @@ FIGURES: dict[str, dict] = {
     # ``paper_reference`` of benchmarks/dgrec.py and RESULTS.md's DGREC section ("9.68 vs 9.94")
     "dgrec": {
         "on": "Book-Crossing",
+        "percent": True,
         "method": {"recall@20": 9.68, "ndcg@20": 5.13},
         "central:lightgcn": ("LightGCN", {"recall@20": 9.94, "ndcg@20": 5.49}),
     },
-    # DIPSGNN (Hu & Fang), ML-1M Recall@20 (%), beside APGNN: RESULTS.md's DIPSGNN section
+    # DIPSGNN (Hu & Fang), ML-1M Recall@20 in percent, beside APGNN: RESULTS.md's DIPSGNN section
     "dipsgnn": {
         "on": "ML-1M",
+        "percent": True,
         "method": {"recall@20": 21.13},
         "dipsgnn nonprivate": ("APGNN", {"recall@20": 21.26}),
     },
 }
+
+FIGURE_KEYS = ("on", "percent", "method")  # the other keys of a FIGURES entry are run labels
+
+
+def as_fraction(figures: dict, value: float) -> float:
+    """A figure of ``figures`` (one FIGURES entry) on our runs' scale: a percent divided by 100."""
+    return value / 100 if figures.get("percent") else value
 
 
 @dataclass(frozen=True)

@@ -1,33 +1,47 @@
-"""Regenerate the rows of a paper's main table that our datasets allow (issue 17): the paper's
-figure beside ours in the paper's own mode (its calibration or its authors' code) and in the
-rigorous mode, the central non-private baseline, the ratios of both modes to it, and the ε the
-paper claims beside the rigorous ε of each of our runs.
+"""Regenerate the rows of a paper's main table that our datasets allow: the paper's figure beside
+ours in the paper's own mode (its calibration or its authors' code) and in the rigorous mode, the
+central non-private baseline, the ratios of both modes to it, and the ε the paper claims beside
+the rigorous ε of each of our runs.
 
     python -m benchmarks.reproduce fedpergnn|verfedgnn|dgrec|dipsgnn [--quick] [--no-append]
         [--dataset NAME] [--data-dir DIR] [--out runs]
 
 Every run goes through engine.compare on one loaded dataset (one split) and one Ray cluster, so
-``runs/<time>-compare/`` holds each run's report and comparison.md (its ratio column uses
-compare's default baselines, not this table's); DGREC's central HyperGNN (its own model trained
-by a curator, the ceiling of the per-user model) is benchmarks/dgrec.py's, outside Ray. Figures are
-the values at the end of each run. Writes benchmarks/out/reproduce-PAPER[-quick].json
-(benchmarks/common.py) and appends the table to benchmarks/RESULTS.md under
-:data:`HEADING` (``--no-append``: not). ``--quick``: small budgets (< 10 min per paper on a 2-core
+runs/<time>-compare/ holds each run's report and comparison.md (its ratio column uses compare's
+default baselines, not this table's); DGREC's central HyperGNN (its own model trained by a
+curator, the ceiling of the per-user model) is benchmarks/dgrec.py's, outside Ray. Figures are
+the values at the end of each run; ranking figures (recall, NDCG, MRR) are fractions in every
+column, a paper's percentages divided by 100. Prints the table and writes
+benchmarks/out/reproduce-PAPER[-quick].json, and appends the table in markdown to
+benchmarks/RESULTS.md (--no-append: not). --quick: small budgets (< 10 min per paper on a 2-core
 machine), not converged; the default budgets are the ones benchmarks/RESULTS.md recorded.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
+import re
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import command, machine, write_result
-from benchmarks.papers import FIGURES, HYPERGNN, PAPERS, Paper, Run
+from benchmarks.common import (
+    ArgumentParser,
+    UsageError,
+    check_dataset,
+    command,
+    machine,
+    run_main,
+    shown_path,
+    text_table,
+    usage_errors,
+    write_result,
+)
+from benchmarks.papers import FIGURES, HYPERGNN, PAPERS, Paper, Run, as_fraction
 from engine.compare import Entry, epsilon_cell, fmt, jsonable, md_table, one_line, paper_cell
 
+PROG = "benchmarks.reproduce"
+# the section of RESULTS.md the tables go under, found by this exact line
 HEADING = "## Reproducing the papers' tables (issue 17)"
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -57,14 +71,33 @@ def _ratio(value, base):
     return value / base if value is not None and base else None
 
 
-def _paper_cell(figures: dict, baseline: str, metric: str) -> str:
+def metric_label(metric: str) -> str:
+    """The metric with the unit of its figures: ranking figures are fractions (0 to 1)."""
+    if metric.partition("@")[0] in ("recall", "ndcg", "mrr", "hit", "precision"):
+        return f"{metric} (fraction)"
+    if metric in ("rmse", "test_rmse"):
+        return f"{metric} (rating scale)"
+    return metric
+
+
+def _paper_value(figures: dict, metric: str) -> float | None:
     value = figures.get("method", {}).get(metric)
+    return None if value is None else as_fraction(figures, value)
+
+
+def _paper_cell(figures: dict, baseline: str, metric: str) -> str:
+    """The paper's figure on our scale, where it was printed in percent that figure, and its
+    ratio to the paper's baseline."""
+    value = _paper_value(figures, metric)
     if value is None:
         return "not recorded"
     cell = f"{fmt(value)} ({figures['on']}"
+    if figures.get("percent"):
+        cell += f", printed {fmt(figures['method'][metric])} %"
     name, theirs = figures.get(baseline, (None, {}))
     if theirs.get(metric):
-        cell += f"; {fmt(value / theirs[metric])} × {name} {fmt(theirs[metric])}"
+        base = as_fraction(figures, theirs[metric])
+        cell += f"; {fmt(value / base)} × {name} {fmt(base)}"
     return cell + ")"
 
 
@@ -86,6 +119,7 @@ def build_rows(name: str, paper: Paper, results: dict[str, dict]) -> list[dict]:
                         "row": f"{run.label} vs {base.label}",
                         "metric": metric,
                         "paper_figure": _paper_cell(figures, base.label, metric),
+                        "paper_value": _paper_value(figures, metric),
                         "paper_mode": value,
                         "rigorous_mode": value_r,
                         "same_run": rigorous is None,
@@ -119,7 +153,7 @@ def table_cells(r: dict) -> list[str]:
     ratio = fmt(r["ratio_paper_mode"])
     return [
         r["row"],
-        r["metric"],
+        metric_label(r["metric"]),
         r["paper_figure"],
         fmt(r["paper_mode"]),
         "same run" if same else fmt(r["rigorous_mode"]),
@@ -145,7 +179,8 @@ def render(name: str, paper: Paper, rows: list[dict], results: dict, info: dict)
         f"{paper.title}. Datasets: {paper.datasets}; ours: {info['dataset']}. {paper.note}. "
         "Rounds: "
         + ", ".join(f"{label} {res.get('rounds')}" for label, res in results.items())
-        + ". Values at the end of each run; ratio = ours / central baseline. ε rigorous: the "
+        + ". Values at the end of each run; ranking figures are fractions in every column (a "
+        "paper's percentages divided by 100); ratio = ours / central baseline. ε rigorous: the "
         "accountant's figure for the rounds run (∞: no finite guarantee at that δ).",
     ]
     if info["quick"]:
@@ -190,30 +225,84 @@ def hypergnn(dataset, rounds: int, params: dict) -> dict:
     }
 
 
+def run_lines(planned: list[tuple[Run, int, object]], dataset: str) -> list[str]:
+    """One line per run, in the order they run (compare's runs, then the central HyperGNN):
+    ``run 2/3: fedlightgcn calibration=thesis (rigorous mode) on ml-100k, 300 rounds``."""
+    order = [*in_compare(planned, True), *in_compare(planned, False)]
+    return [
+        f"run {i}/{len(order)}: {run.label} ({_mode(run)}) on {dataset}, {rounds} rounds"
+        for i, (run, rounds, _) in enumerate(order, 1)
+    ]
+
+
+def _mode(run: Run) -> str:
+    return "baseline" if run.mode == "baseline" else f"{run.mode} mode"
+
+
+def in_compare(planned: list[tuple[Run, int, object]], inside: bool) -> list:
+    """The planned runs that go through engine.compare (``inside``), or the others (DGREC's
+    central HyperGNN)."""
+    return [p for p in planned if (p[0].protocol != HYPERGNN) == inside]
+
+
+def progress_log(lines: list[str]):
+    """engine.compare's log on stderr, its line announcing run ``i`` (``[i/n] ...``) replaced by
+    ``lines[i - 1]``; its other lines (a run that did not run, the report) as they are."""
+
+    def log(message: str) -> None:
+        start = re.match(r"\[(\d+)/\d+\] ", message)
+        if start and 1 <= int(start.group(1)) <= len(lines):
+            message = lines[int(start.group(1)) - 1]
+        print(message, file=sys.stderr, flush=True)
+
+    return log
+
+
+def plan(name: str, args) -> list[tuple[Run, int, object]]:
+    """The runs of paper ``name`` with their checked Configs, and the dataset argument checked
+    (known, its folder there), before anything is read or started; else a UsageError."""
+    if name not in PAPERS:
+        raise UsageError(f"unknown paper {name!r} (known: {', '.join(PAPERS)})")
+    paper = PAPERS[name]
+    with usage_errors(f"benchmarks/papers.py, {name}"):
+        planned = configs(paper, args.quick)
+    check_dataset(args.dataset or paper.dataset, args.data_dir)
+    if Path(args.out).is_file():
+        raise UsageError(f"--out {args.out}: a file, not a folder")
+    return planned
+
+
 def reproduce(name: str, args) -> dict:
     from data.registry import load_dataset
     from engine import RunSettings
     from engine.compare import compare
     from nodes.conditions import Conditions
 
+    planned = plan(name, args)
     paper = PAPERS[name]
-    planned = configs(paper, args.quick)
     t0 = time.perf_counter()
-    dataset = load_dataset(args.dataset or paper.dataset, args.data_dir, seed=0, **paper.load)
+    dataset_name = args.dataset or paper.dataset
+    say(f"{name}: {len(planned)} runs on {dataset_name}; loading the data")
+    with usage_errors(f"--dataset {dataset_name}"):
+        dataset = load_dataset(dataset_name, args.data_dir, seed=0, **paper.load)
+    lines = run_lines(planned, dataset.name)
+    if getattr(args, "dry_run", False):
+        print("\n".join(lines))
+        print(f"(dry run: {len(lines)} runs planned on {dataset.name}; nothing started)")
+        return {}
     entries = [
         Entry(run.label, run.protocol, run.budget(args.quick)[1], rounds)
-        for run, rounds, _ in planned
-        if run.protocol != HYPERGNN
+        for run, rounds, _ in in_compare(planned, True)
     ]
     # no per-host snapshots: they exist to recover a dead host and cost a pickling per round
-    base = RunSettings(
-        seed=0, out=args.out, progress=False, conditions=Conditions(snapshot_every=0)
+    base = RunSettings(seed=0, out=args.out, progress=True, conditions=Conditions(snapshot_every=0))
+    cmp_dir, comparison = compare(
+        entries, dataset, base, dataset_info=dataset.meta, log=progress_log(lines)
     )
-    cmp_dir, comparison = compare(entries, dataset, base, dataset_info=dataset.meta)
     results = {r["label"]: r for r in comparison["protocols"]}
-    for run, rounds, _ in planned:
-        if run.protocol == HYPERGNN:
-            results[run.label] = hypergnn(dataset, rounds, run.budget(args.quick)[1])
+    for line, (run, rounds, _) in zip(lines[len(entries) :], in_compare(planned, False)):
+        say(line)
+        results[run.label] = hypergnn(dataset, rounds, run.budget(args.quick)[1])
     rows = build_rows(name, paper, results)
     suffix = "-quick" if args.quick else ""
     m = machine()
@@ -233,29 +322,86 @@ def reproduce(name: str, args) -> dict:
     runs = {k: {f: v[f] for f in keep if f in v} for k, v in results.items()}
     markdown = render(name, paper, rows, results, info)
     figures = {"paper": name, **info, "rows": rows, "runs": runs, "compare_dir": str(cmp_dir)}
-    write_result(f"reproduce-{name}{suffix}", jsonable({**figures, "markdown": markdown}))
-    print(markdown)
+    path = write_result(
+        f"reproduce-{name}{suffix}", jsonable({**figures, "markdown": markdown}), echo=False
+    )
     if not args.no_append:
         append_results(markdown)
+    print(summary(name, rows, results, info))
+    print(f"runs and comparison: {shown_path(cmp_dir)}")
+    print(f"wrote {shown_path(path)}")
+    if not args.no_append:
+        print(f"appended the table to {shown_path(RESULTS)}")
     return figures
 
 
+def say(message: str) -> None:
+    """A line of progress, on stderr beside the runs' progress bars."""
+    print(message, file=sys.stderr, flush=True)
+
+
+SUMMARY_COLUMNS = (
+    "row",
+    "metric",
+    "paper's figure",
+    "paper mode",
+    "rigorous mode",
+    "central",
+    "ratio",
+    "ε rigorous",
+)
+
+
+def summary(name: str, rows: list[dict], results: dict, info: dict) -> str:
+    """The table for the terminal: our figures and the paper's on one scale, each mode's ratio
+    to the central baseline, the rigorous ε; the runs that did not run."""
+    cells = []
+    for r in rows:
+        same = r["same_run"]
+        ratio = fmt(r["ratio_paper_mode"])
+        cells.append(
+            [
+                r["row"],
+                metric_label(r["metric"]),
+                fmt(r["paper_value"]),
+                fmt(r["paper_mode"]),
+                "same run" if same else fmt(r["rigorous_mode"]),
+                fmt(r["baseline_value"]),
+                ratio if same else f"{ratio} / {fmt(r['ratio_rigorous_mode'])}",
+                r["epsilon_rigorous_mode"],
+            ]
+        )
+    mode = "quick budgets, not converged" if info["quick"] else "full budgets"
+    lines = [
+        f"{name}, {mode}, on {info['dataset']}: {info['seconds']:.0f} s",
+        "values at the end of each run; ratio = ours / central (paper mode / rigorous mode)",
+        text_table(SUMMARY_COLUMNS, cells),
+    ]
+    lines += [
+        f"did not run: {k}: {v.get('reason')}"
+        for k, v in results.items()
+        if v.get("status") != "ok"
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.reproduce", description=__doc__)
+    return run_main(PROG, _main, argv)
+
+
+def _main(argv: list[str] | None) -> None:
+    p = ArgumentParser(PROG, __doc__)
     p.add_argument("paper", help=f"one of {', '.join(PAPERS)}")
     p.add_argument("--quick", action="store_true", help="small budgets (< 10 min), not converged")
     p.add_argument("--no-append", action="store_true", help="do not append to RESULTS.md")
     p.add_argument("--dataset", default=None, help="another dataset (default: the paper's row)")
     p.add_argument("--data-dir", default=None, help="default: ../shared/data beside the checkout")
     p.add_argument("--out", default="runs", help="where the runs and comparison go")
+    p.add_argument(
+        "--dry-run", action="store_true", help="check, load the data, list the runs and stop"
+    )
     args = p.parse_args(argv)
-    if args.paper not in PAPERS:
-        print(
-            f"reproduce: unknown paper {args.paper!r} (known: {', '.join(PAPERS)})", file=sys.stderr
-        )
-        return 2
     reproduce(args.paper, args)
-    return 0
 
 
 if __name__ == "__main__":

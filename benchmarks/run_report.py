@@ -13,15 +13,26 @@ covers the last metrics row).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
-from benchmarks.common import write_result
+from benchmarks.common import (
+    ArgumentParser,
+    UsageError,
+    run_main,
+    shown_path,
+    text_table,
+    usage_errors,
+    write_result,
+)
+from engine.compare import epsilon_cell, fmt, fmt_bytes
 from engine.report import RunDirError, read_rows
 
 __all__ = ["RunDirError", "read_rows", "summarize"]
+
+PROG = "benchmarks.run_report"
 
 
 def summarize(run_dir: Path) -> dict:
@@ -32,7 +43,10 @@ def summarize(run_dir: Path) -> dict:
     except (OSError, ValueError) as err:
         raise RunDirError(f"{run_dir}/config.json: {err}") from None
     summary_path = run_dir / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    try:
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    except (OSError, ValueError) as err:
+        raise RunDirError(f"{summary_path}: {err}") from None
     # round 0 carries the one-off set-up traffic (tokens, graph expansion): reported apart
     later = rows[1:] or rows
     kinds = sorted({k for row in later for k in row.get("bytes_by_kind", {})})
@@ -65,17 +79,50 @@ def summarize(run_dir: Path) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def summary_table(figures: dict) -> str:
+    """A few lines for the terminal: what ran, how far, its last metrics, its cost, its ε."""
+    done = figures["rounds_done"]
+    state = "complete" if figures["complete"] else "in progress or stopped"
+    dataset = figures["dataset"]
+    if isinstance(dataset, dict):
+        dataset = dataset.get("name")
+    privacy = figures["privacy"] or {}
+    epsilon = {"epsilon": privacy.get("epsilon"), "delta": privacy.get("privacy_delta")}
+    rows = [
+        ["protocol", f"{figures['protocol']} on {dataset}, {done} rounds ({state})"],
+        *([k, fmt(v)] for k, v in (figures["final_metrics"] or _last(figures)).items()),
+        ["bytes per round", fmt_bytes(figures["bytes_per_round"])],
+        ["seconds per round", f"{figures['seconds_per_round_median']:.2f} (median)"],
+        ["ε", epsilon_cell(epsilon)],
+    ]
+    return text_table(["run", shown_path(Path(figures["run_dir"]))], rows)
+
+
+def _last(figures: dict) -> dict:
+    """The metrics of the curve's last point (a run without summary.json yet)."""
+    last = dict(figures["curve"][-1]) if figures["curve"] else {}
+    return {k: v for k, v in last.items() if k not in ("round", "epsilon")}
+
+
+def _main(argv: list[str] | None) -> None:
+    ap = ArgumentParser(PROG, __doc__)
     ap.add_argument("run_dir", type=Path)
-    ap.add_argument("--name", required=True, help="benchmarks/out/<name>.json")
-    args = ap.parse_args()
-    try:
+    ap.add_argument("--name", required=True, help="writes benchmarks/out/NAME.json")
+    args = ap.parse_args(argv)
+    if not args.name or Path(args.name).name != args.name:
+        raise UsageError(f"--name {args.name!r}: a file name")
+    if not args.run_dir.is_dir():
+        raise UsageError(f"{args.run_dir}: no such run directory")
+    with usage_errors(None, (RunDirError,)):  # its message names the file
         figures = summarize(args.run_dir)
-    except RunDirError as err:
-        raise SystemExit(f"run_report: {err}") from None
-    write_result(args.name, figures)
+    path = write_result(args.name, figures, echo=False)
+    print(summary_table(figures))
+    print(f"wrote {shown_path(path)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(PROG, _main, argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

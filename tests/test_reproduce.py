@@ -9,7 +9,7 @@ import math
 import pytest
 
 from benchmarks import reproduce
-from benchmarks.papers import FIGURES, PAPERS, Run
+from benchmarks.papers import FIGURE_KEYS, FIGURES, PAPERS, Run
 from protocols.base import ConfigError
 
 
@@ -44,7 +44,7 @@ def test_paper_figures_name_runs_that_exist():
     assert set(FIGURES) == set(PAPERS)
     for name, figures in FIGURES.items():
         labels = {r.label for r in PAPERS[name].runs}
-        for key in set(figures) - {"on", "method"}:
+        for key in set(figures) - set(FIGURE_KEYS):
             assert key in labels, f"{name}: figure for {key!r}, which no run is labelled"
         assert set(figures["method"]) <= set(PAPERS[name].metrics)
 
