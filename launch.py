@@ -43,6 +43,19 @@ DATASET_OPTIONS = {
     "test_fraction",
 }
 
+
+def _prog() -> str:
+    """The command's name as the user typed it: ``privrec`` (the console command) or launch.py."""
+    return "privrec" if Path(sys.argv[0]).name == "privrec" else "launch.py"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a user's mistake in one line on stderr (exit status 2), no usage dump."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {' '.join(str(message).split())}\n")
+
+
 COMPARE_DOC = """Run several protocols on the same dataset, split and Ray cluster and write
 runs/<time>-compare/: comparison.md and comparison.json (per protocol: main metric and its ratio
 to the matching central baseline, bytes per round by kind, total bytes, rigorous and paper ε,
@@ -124,12 +137,12 @@ def _add_run_arguments(p: argparse.ArgumentParser, *, rounds_default: int | None
             help="training rounds of every protocol (default: 20, or the [compare] table's, "
             "or --quick's small ones)",
         )
-    else:
+    else:  # None until parsed: with --resume, no --rounds means the resumed run's own plan
         p.add_argument(
             "--rounds",
             type=int,
-            default=rounds_default,
-            help="training rounds (default: %(default)s)",
+            default=None,
+            help=f"training rounds (default: {rounds_default}; with --resume: the run's own)",
         )
     p.add_argument(
         "--seed", type=int, default=0, help="seed of every participant's RNG (default: %(default)s)"
@@ -141,6 +154,12 @@ def _add_run_arguments(p: argparse.ArgumentParser, *, rounds_default: int | None
         "--out", default="runs", help="where run reports are written (default: %(default)s)"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="load the data, build and check everything (parameters, placement, conditions), "
+        "print the plan and stop before Ray starts",
+    )
 
 
 def _add_condition_arguments(p: argparse.ArgumentParser) -> None:
@@ -204,12 +223,13 @@ def _add_condition_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The parser of one run (``launch.py [run] --protocol ...``)."""
+def build_parser(protocol_help: str | None = None) -> argparse.ArgumentParser:
+    """The parser of one run (``launch.py [run] --protocol ...``); with ``protocol_help``, its
+    --help also lists that protocol's parameters (they are parsed by :func:`protocol_flags`)."""
     from protocols import DEFAULT_PROTOCOL, PROTOCOLS
 
-    p = argparse.ArgumentParser(
-        prog="launch.py",
+    p = _Parser(
+        prog=_prog(),
         usage="%(prog)s [compare ... | run] [options]  (no arguments: the main job, compare --quick)",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -222,8 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=sorted(PROTOCOLS),
         help="which protocol to run (default: %(default)s)",
     )
+    p._optionals.title = "run options"
     _add_shared_arguments(p)
-    _add_run_arguments(p, rounds_default=20)
+    _add_run_arguments(p, rounds_default=DEFAULT_ROUNDS)
     p.add_argument(
         "--checkpoint-every",
         type=int,
@@ -235,17 +256,52 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume",
         default=None,
         metavar="RUN_DIR",
-        help="continue the run in RUN_DIR from its checkpoint up to --rounds rounds in all, same "
-        "protocol, data and placement (only --rounds, --address, --checkpoint-every, --no-progress "
-        "apply, and protocol flags its Config lets change mid-run: step sizes, --eval-every)",
+        help="continue the run in RUN_DIR from its checkpoint to its planned rounds (or --rounds "
+        "in all), same protocol, data and placement (only --rounds, --address, --checkpoint-every, "
+        "--no-progress apply, and protocol flags its Config lets change mid-run: step sizes, "
+        "--eval-every)",
     )
+    if protocol_help is not None:
+        _add_protocol_help(p, protocol_help, default=protocol_help == DEFAULT_PROTOCOL)
     return p
+
+
+def _add_protocol_help(p: argparse.ArgumentParser, name: str, *, default: bool) -> None:
+    """A --help group listing every parameter of protocol ``name``: flag, type, one line of
+    meaning (the Config field's comment) and default."""
+    import dataclasses
+    import typing
+
+    from protocols import get_protocol
+    from protocols.base import field_docs
+
+    cls = get_protocol(name).Config
+    docs, hints = field_docs(cls), typing.get_type_hints(cls)
+    title = f"protocol parameters of {name}" + (
+        " (the default --protocol; `--protocol NAME --help` lists another's)" if default else ""
+    )
+    g = p.add_argument_group(title, "also the top level of a --config TOML file")
+    for f in dataclasses.fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        hint = hints[f.name]
+        if typing.get_origin(hint) is not None:  # Optional[X] / X | None
+            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        default_value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        text = f"{docs.get(f.name, '')} (default: {default_value})"
+        if f.name in cls.RESUMABLE:
+            text += " [may change on --resume]"
+        text = text.replace("%", "%%")  # argparse %-formats help texts
+        if hint is bool:
+            g.add_argument(flag, "--no-" + flag[2:], action="store_true", help=text)
+        else:
+            metavar = getattr(hint, "__name__", "value").upper()
+            g.add_argument(flag, metavar=metavar, help=text)
 
 
 def build_compare_parser() -> argparse.ArgumentParser:
     """The parser of ``launch.py compare``."""
-    p = argparse.ArgumentParser(
-        prog="launch.py compare",
+    p = _Parser(
+        prog=f"{_prog()} compare",
         description=COMPARE_DOC.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
@@ -334,15 +390,51 @@ def _argv(argv: list[str] | None) -> list[str]:
     return list(sys.argv[1:] if argv is None else argv)
 
 
+DEFAULT_ROUNDS = 20
+
+# the flags a resumed run takes (the rest come from its checkpoint); protocol flags are checked
+# against its Config's RESUMABLE by engine.resume
+RESUME_FLAGS = (
+    "--resume",
+    "--rounds",
+    "--address",
+    "--checkpoint-every",
+    "--no-progress",
+    "--dry-run",
+)
+
+
+def _protocol_named(argv: list[str]) -> str | None:
+    """The value of ``--protocol`` in ``argv``, if given."""
+    for i, token in enumerate(argv):
+        if token == "--protocol" and i + 1 < len(argv):
+            return argv[i + 1]
+        if token.startswith("--protocol="):
+            return token.partition("=")[2]
+    return None
+
+
 def parse(argv: list[str] | None = None):
     """One run's command line (a leading ``run`` is allowed): ``(parser, args, protocol
     parameters, dataset options, run condition values)``."""
+    from protocols import DEFAULT_PROTOCOL, PROTOCOLS
+
     argv = _argv(argv)
     if argv[:1] == ["run"]:
         argv = argv[1:]
-    parser = build_parser()
+    if argv[:1] and argv[0] in PROTOCOLS:  # `privrec dgrec ...` is `privrec --protocol dgrec ...`
+        argv = ["--protocol", argv[0], *argv[1:]]
+    wants_help = any(t in ("-h", "--help") for t in argv)
+    named = _protocol_named(argv)
+    parser = build_parser(
+        (named if named in PROTOCOLS else DEFAULT_PROTOCOL) if wants_help else None
+    )
     args, extras = parser.parse_known_args(argv)
-    if args.rounds < 1:
+    if args.resume is not None:
+        _refuse_on_resume(parser, argv)
+    elif args.rounds is None:
+        args.rounds = DEFAULT_ROUNDS
+    if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
     if args.checkpoint_every < 0:
         parser.error(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
@@ -365,6 +457,24 @@ def parse(argv: list[str] | None = None):
             parser.error(f"--protocol {args.protocol}: {e}")
     _condition_flags(parser, args, conditions)
     return parser, args, params, dataset_opts, conditions
+
+
+def _refuse_on_resume(parser, argv: list[str]) -> None:
+    """A flag given with ``--resume`` that the checkpoint fixes (data, seed, placement, conditions,
+    --config, ...) is refused in one line rather than dropped."""
+    fixed = {
+        opt
+        for action in parser._actions
+        for opt in action.option_strings
+        if opt.startswith("--") and not set(action.option_strings) & set(RESUME_FLAGS)
+    } - {"--help"}
+    given = [t.partition("=")[0] for t in argv if t.partition("=")[0] in fixed]
+    if given:
+        parser.error(
+            f"{', '.join(dict.fromkeys(given))}: cannot change when a run resumes (the run takes "
+            f"it from the checkpoint; with --resume only {', '.join(RESUME_FLAGS[1:])} and the "
+            "step-size parameters its protocol names apply)"
+        )
 
 
 def _resume_flags(parser, run_dir: str, extras: list[str]) -> dict:
@@ -535,6 +645,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume is not None:
         return _resume(parser, args, params)
     from engine import run
+    from nodes.conditions import ConditionsError
     from nodes.deployment import HostLostError, PlacementError
     from protocols import get_protocol
     from protocols.base import ConfigError, UnsuitableDataError, build_config
@@ -554,9 +665,16 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint_every=args.checkpoint_every,
     )
     try:
+        if args.dry_run:
+            from engine.runner import prepare
+
+            print(f"{prepare(settings, dataset).describe(settings)} (dry run: nothing started)")
+            return 0
         run_dir, summary = run(settings, dataset, dataset.meta)
     except PlacementError as e:
-        parser.error(f"--hosts/--placement: {e}")
+        parser.error(_placement_message(e))
+    except ConditionsError as e:  # conditions that do not fit the run's nodes, rounds or hosts
+        parser.error(f"run condition {e}")
     except HostLostError as e:
         print(f"launch.py: run stopped: {e}", file=sys.stderr)
         return 1
@@ -568,6 +686,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     _show(summary, run_dir)
     return 0
+
+
+def _placement_message(e: Exception) -> str:
+    """A placement error in one line naming its flag."""
+    text = str(e)
+    return text if text.startswith("--") else f"--hosts/--placement: {text}"
 
 
 def _settings(args, conditions, **fields):
@@ -618,12 +742,35 @@ def compare_main(argv: list[str]) -> int:
         condition_values["snapshot_every"] = 0
     conditions = _conditions(parser, condition_values)
     dataset = _load(parser, args, dataset_opts)
+    if args.dry_run:
+        return _compare_dry_run(entries, dataset, _settings(args, conditions))
     cmp_dir, comparison = compare(
         entries, dataset, _settings(args, conditions), dataset_info=dataset.meta
     )
     print(render_text(comparison))
     print(f"comparison report: {cmp_dir / 'comparison.md'}")
     return 0 if any(r["status"] == "ok" for r in comparison["protocols"]) else 1
+
+
+def _compare_dry_run(entries, dataset, base) -> int:
+    """``compare --dry-run``: each entry's plan, or the one line why it could not run."""
+    import dataclasses
+
+    from engine.compare import one_line
+    from engine.runner import prepare
+
+    ok = 0
+    for e in entries:
+        settings = dataclasses.replace(
+            base, protocol=e.protocol, rounds=e.rounds, params=dict(e.params)
+        )
+        try:
+            print(f"{e.label}: {prepare(settings, dataset).describe(settings)}")
+            ok += 1
+        except Exception as exc:  # noqa: BLE001 — listed, as the comparison would list it
+            print(f"{e.label}: would not run: {one_line(exc)}")
+    print(f"(dry run: {ok} of {len(entries)} would run; nothing started)")
+    return 0 if ok else 1
 
 
 def _resume(parser, args, params: dict) -> int:
@@ -633,16 +780,24 @@ def _resume(parser, args, params: dict) -> int:
     from protocols.base import ConfigError
 
     try:
+        if args.dry_run:
+            from engine.runner import resume_plan
+
+            _, start, rounds = resume_plan(args.resume, args.rounds, params)
+            print(f"{args.resume}: resumes at round {start}, runs to {rounds} rounds (dry run)")
+            return 0
         run_dir, summary = resume(
             args.resume,
-            args.rounds,
+            args.rounds,  # None: the run's own plan
             address=args.address,
             progress=not args.no_progress,
             checkpoint_every=args.checkpoint_every or None,
             params=params,
         )
-    except (CheckpointError, PlacementError, ConfigError) as e:
+    except (CheckpointError, ConfigError) as e:
         parser.error(f"--resume: {e}")
+    except PlacementError as e:
+        parser.error(_placement_message(e))
     except HostLostError as e:
         print(f"launch.py: run stopped: {e}", file=sys.stderr)
         return 1
@@ -665,7 +820,10 @@ def _show(summary: dict, run_dir) -> None:
     }
     if summary.get("faults"):
         shown["faults"] = summary["faults"]
-    shown["baseline_popularity"] = summary["baselines"]["popularity"]
+    # the trivial baseline of the run's kind of metric, under the name summary.json gives it
+    kind = "mean_rating" if "rmse" in summary["metrics"] else "popularity"
+    if kind in summary["baselines"]:
+        shown["baselines"] = {kind: summary["baselines"][kind]}
     print(json.dumps(shown, indent=2, default=float))
     print(f"run report: {run_dir}")
 

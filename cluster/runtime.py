@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -31,13 +32,20 @@ class ClusterInfo:
 
 
 def start_or_join(
-    address: str | None = None, *, num_cpus: int | None = None, num_gpus: int | None = None
+    address: str | None = None,
+    *,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    status: Callable[[str], None] | None = None,
 ) -> ClusterInfo:
     """Join the cluster at ``address`` (``"auto"`` or ``HOST:PORT``), or start a local Ray instance.
 
-    Re-uses an already initialised Ray session (tests start one per session)."""
+    Re-uses an already initialised Ray session (tests start one per session). ``status`` is told
+    in one line when Ray is started or joined (it takes seconds)."""
     started = False
     if not ray.is_initialized():
+        if status is not None:
+            status(f"joining the Ray cluster at {address}…" if address else "starting Ray…")
         os.environ.setdefault("RAY_DEDUP_LOGS", "1")
         kwargs = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
         if address:

@@ -219,7 +219,7 @@ def compare(
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     t_all = time.perf_counter()
     cmp_dir = new_compare_dir(base.out)
-    cluster = start_or_join(base.address)
+    cluster = start_or_join(base.address, status=log if base.progress else None)
     rows: list[dict] = []
     summaries: dict[str, dict] = {}
     for i, e in enumerate(entries):

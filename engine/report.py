@@ -108,13 +108,19 @@ class RunReport:
     def write_config(self, config: dict) -> None:
         (self.dir / "config.json").write_text(json.dumps(_jsonable(config), indent=2) + "\n")
 
-    def record_change(self, from_round: int, config: dict, params: dict) -> None:
-        """config.json after protocol parameters changed on resume: the new ``protocol_config``,
-        and ``params`` appended to its ``resumed_with`` list."""
+    def record_change(
+        self, from_round: int, config: dict, params: dict, rounds: int | None = None
+    ) -> None:
+        """config.json after a resume: the new plan (``settings.rounds``), the new
+        ``protocol_config``, and the resume appended to its ``resumed_with`` list."""
         path = self.dir / "config.json"
         record = json.loads(path.read_text()) if path.is_file() else {}
         record["protocol_config"] = config
-        record.setdefault("resumed_with", []).append({"from_round": from_round, "params": params})
+        entry = {"from_round": from_round, "params": params}
+        if rounds is not None:
+            entry["rounds"] = rounds
+            record.setdefault("settings", {})["rounds"] = rounds
+        record.setdefault("resumed_with", []).append(entry)
         self.write_config(record)
 
     def add_round(self, row: dict) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,10 +17,11 @@ from tqdm import tqdm
 from cluster.runtime import start_or_join
 from data.types import RecDataset
 from engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from engine.compare import main_metric
 from engine.report import RunReport, dataset_record, new_run_dir, privacy_scalars
-from models.baselines import popularity_metrics
+from models.baselines import trivial_baselines
 from nodes.conditions import Conditions
-from nodes.deployment import Deployment, HostLostError, NodeSpec, assign_hosts
+from nodes.deployment import Deployment, HostLostError, NodeSpec, PlacementError, assign_hosts
 from protocols import get_protocol
 from protocols.base import (
     ConfigError,
@@ -50,9 +53,33 @@ class RunSettings:
     conditions: Conditions = field(default_factory=Conditions)  # availability, clock, faults
 
 
-def run(
-    settings: RunSettings, dataset: RecDataset, dataset_info: dict | None = None
-) -> tuple[Path, dict]:
+@dataclass
+class Plan:
+    """A run as it will start: the protocol built on the data, its nodes and their host actors.
+    Made by :func:`prepare` before Ray starts (``launch.py --dry-run`` stops there)."""
+
+    protocol: Protocol
+    config: ProtocolConfig
+    specs: list[NodeSpec]
+    n_hosts: int
+
+    def describe(self, settings: RunSettings) -> str:
+        roles: dict[str, int] = {}
+        for s in self.specs:
+            role = s.nid.partition("/")[0]
+            roles[role] = roles.get(role, 0) + 1
+        nodes = ", ".join(f"{n} {r}" for r, n in roles.items())
+        return (
+            f"{settings.protocol} on {self.protocol.dataset.name}: {settings.rounds} rounds, "
+            f"{len(self.specs)} nodes ({nodes}) on {self.n_hosts} host actors "
+            f"({settings.placement})"
+        )
+
+
+def prepare(settings: RunSettings, dataset: RecDataset) -> Plan:
+    """Everything of a run that can be built and checked before Ray starts: the Config, the
+    protocol on the data (which refuses data it cannot run on), the node specs, the placement
+    and the run conditions against them."""
     proto_cls = get_protocol(settings.protocol)
     config = settings.params
     if not isinstance(config, ProtocolConfig):
@@ -68,10 +95,16 @@ def run(
     except ValueError as e:  # the protocol refuses the data, before Ray starts
         raise UnsuitableDataError(str(e)) from e
     specs = protocol.node_specs()
-    assign_hosts(
-        specs, settings.placement, settings.hosts
-    )  # an impossible placement fails before Ray starts
-    cluster = start_or_join(settings.address)
+    return Plan(protocol, config, specs, check_plan(settings, specs))
+
+
+def run(
+    settings: RunSettings, dataset: RecDataset, dataset_info: dict | None = None
+) -> tuple[Path, dict]:
+    plan = prepare(settings, dataset)
+    protocol, config, specs = plan.protocol, plan.config, plan.specs
+    cluster = start_or_join(settings.address, status=_Status(settings))
+    check_resources(settings, cluster)
     run_dir = new_run_dir(settings.out, settings.protocol)
     report = RunReport(run_dir)
     report.write_config(
@@ -87,29 +120,61 @@ def run(
             "machine": platform.node(),
         }
     )
-    dep = _deploy(settings, protocol, specs)
+    try:
+        dep = _deploy(settings, protocol, specs)
+    except BaseException:  # nothing ran: leave no half-written run folder behind
+        report.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     return _drive(settings, config, protocol, dataset, dep, report, run_dir, 0, {}, 0.0, {})
+
+
+def check_plan(settings: RunSettings, specs: list[NodeSpec]) -> int:
+    """Check what can be checked of a run before Ray starts: the placement of ``specs`` (which
+    caps dedicated actors), the run conditions against the nodes, rounds and hosts, and a GPU
+    request on a local machine without one. Returns the number of host actors."""
+    n_hosts = max(assign_hosts(specs, settings.placement, settings.hosts)) + 1
+    settings.conditions.check_run([s.nid for s in specs], settings.rounds, n_hosts)
+    if settings.gpus_per_host > 0 and settings.address is None and not _local_gpus():
+        raise PlacementError(
+            f"--gpus-per-host {settings.gpus_per_host:g}: this machine has no CUDA GPU "
+            "(leave it at 0 to compute on CPU)"
+        )
+    return n_hosts
+
+
+def check_resources(settings: RunSettings, cluster) -> None:
+    """A GPU request on a joined cluster without GPUs fails at once, not after Ray's scheduler
+    has waited for a node that will never come."""
+    if settings.gpus_per_host > 0 and cluster.gpus <= 0:
+        raise PlacementError(
+            f"--gpus-per-host {settings.gpus_per_host:g}: the Ray cluster has no GPU "
+            "(leave it at 0 to compute on CPU)"
+        )
+
+
+def _local_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def resume(
     run_dir: str | Path,
-    rounds: int,
+    rounds: int | None = None,
     *,
     address: str | None = None,
     progress: bool = True,
     checkpoint_every: int | None = None,
     params: dict | None = None,
 ) -> tuple[Path, dict]:
-    """Continue the run in ``run_dir`` from its checkpoint up to ``rounds`` rounds in all, on the
-    same placement; its metrics.jsonl and summary.json are continued as if never interrupted.
-    ``params`` changes protocol parameters from the next round on, only those the protocol's
-    Config names ``RESUMABLE`` (step sizes, reporting); config.json records the change."""
-    state = load_checkpoint(run_dir)
-    start = state["next_round"]
-    if rounds <= start:
-        raise CheckpointError(
-            f"{run_dir}: --rounds must exceed the {start} rounds already done, got {rounds}"
-        )
+    """Continue the run in ``run_dir`` from its checkpoint up to ``rounds`` rounds in all (None:
+    the run's own plan), on the same placement; its metrics.jsonl and summary.json are continued
+    as if never interrupted. ``params`` changes protocol parameters from the next round on, only
+    those the protocol's Config names ``RESUMABLE`` (step sizes, reporting); config.json records
+    the change and the new plan."""
+    state, start, rounds = resume_plan(run_dir, rounds)
+    planned = state["settings"].rounds
     settings = dataclasses.replace(
         state["settings"], rounds=rounds, address=address, progress=progress
     )
@@ -128,7 +193,7 @@ def resume(
     settings.conditions = dataclasses.replace(settings.conditions, kill_hosts=())
     specs = protocol.node_specs()
     assign_hosts(specs, settings.placement, settings.hosts)
-    start_or_join(settings.address)
+    start_or_join(settings.address, status=_Status(settings))
     report = RunReport(Path(run_dir), resume_after=start - 1)
     dep = _deploy(settings, protocol, specs)
     try:
@@ -137,8 +202,10 @@ def resume(
         report.close()
         dep.close()
         raise
-    if params:
-        report.record_change(start, dataclasses.asdict(protocol.config), params)
+    if params or rounds != planned:
+        report.record_change(
+            start, dataclasses.asdict(protocol.config), params or {}, rounds=rounds
+        )
     return _drive(
         settings,
         protocol.config,
@@ -152,6 +219,32 @@ def resume(
         state["elapsed"],
         state.get("totals", {}),
     )
+
+
+def resume_plan(
+    run_dir: str | Path, rounds: int | None, params: dict | None = None
+) -> tuple[dict, int, int]:
+    """The checkpoint of ``run_dir``, the round it resumes at and the rounds it will run in all:
+    ``rounds``, or the run's own plan when None; ``params`` (the protocol parameters to change)
+    are checked against the Config's ``RESUMABLE``."""
+    state = load_checkpoint(run_dir)
+    start = state["next_round"]
+    planned = state["settings"].rounds
+    if rounds is None:
+        if start >= planned:
+            raise CheckpointError(
+                f"{run_dir}: all {planned} planned rounds are done; give --rounds N (N > "
+                f"{planned}) to continue it"
+            )
+        rounds = planned
+    if rounds <= start:
+        raise CheckpointError(
+            f"{run_dir}: --rounds must exceed the {start} rounds already done, got {rounds}"
+        )
+    if params:
+        config = state["protocol"].config
+        _resumed_config(config, resolve_aliases(type(config), params))
+    return state, start, rounds
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -187,12 +280,14 @@ def deploy(
     gpus_per_host: float = 0.0,
     cpus_per_host: float | None = None,
     specs: list[NodeSpec] | None = None,
+    status: Callable[[str], None] | None = None,
 ) -> Deployment:
     """The deployment of ``protocol``'s nodes on Ray (started or joined already): its node specs
     (or ``specs``, when the caller made them already), its seed and shared values, on ``hosts``
     hosts placed by ``placement``. ``tap=True`` keeps a copy of every message sent (tests scan
-    them for private data); ``conditions`` are the run conditions (none by default). The caller
-    closes it (``dep.close()``)."""
+    them for private data); ``conditions`` are the run conditions (none by default); ``status``
+    takes one-line descriptions of long steps (:attr:`Deployment.status`; none by default). The
+    caller closes it (``dep.close()``)."""
     return Deployment(
         protocol.node_specs() if specs is None else specs,
         seed=protocol.seed,
@@ -203,6 +298,7 @@ def deploy(
         gpus_per_host=gpus_per_host,
         tap=tap,
         conditions=conditions,
+        status=status,
     )
 
 
@@ -215,7 +311,45 @@ def _deploy(settings: RunSettings, protocol: Protocol, specs: list[NodeSpec]) ->
         gpus_per_host=settings.gpus_per_host,
         cpus_per_host=settings.cpus_per_host,
         specs=specs,
+        status=_Status(settings),
     )
+
+
+class _Status:
+    """One-line descriptions of a run's long steps on stderr, only with ``settings.progress``:
+    starting Ray and the host actors, and what the protocol reports through
+    :attr:`Deployment.status` (e.g. FedPerGNN's item tokens), named by the round they belong to
+    (:attr:`round`). Printed with ``tqdm.write``, above the progress bar."""
+
+    def __init__(self, settings: RunSettings):
+        self.enabled = settings.progress
+        self.name = settings.protocol
+        self.round: int | None = None
+
+    def __call__(self, text: str) -> None:
+        if not self.enabled:
+            return
+        where = self.name if self.round is None else f"{self.name} round {self.round}"
+        tqdm.write(f"{where}: {text}", file=sys.stderr)
+
+
+def progress_postfix(train: dict, metrics: dict) -> dict[str, str]:
+    """The progress bar's figures: the round's training loss (``loss``, else the first figure
+    named like a loss) and the protocol's main metric (:func:`engine.compare.main_metric`:
+    recall@20 for ranking, RMSE for rating) from its latest evaluation, 4 significant digits."""
+    out = {}
+    losses = [k for k in train if k == "loss" or k.startswith("loss") or k.endswith("loss")]
+    loss = "loss" if "loss" in losses else (losses[0] if losses else None)
+    if loss is not None and _is_number(train[loss]):
+        out[loss] = f"{train[loss]:.4g}"
+    name, _ = main_metric(metrics)
+    if name is not None and _is_number(metrics[name]):
+        out[name] = f"{metrics[name]:.4g}"
+    return out
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _conditions_record(settings: RunSettings) -> dict:
@@ -240,8 +374,10 @@ def _drive(
             total=settings.rounds,
             disable=not settings.progress,
         )
+        status = dep.status = _Status(settings)
         for rnd in bar:
             current = rnd
+            status.round = rnd
             t0 = time.perf_counter()
             dep.begin_round(rnd)
             train = protocol.run_round(dep, rnd)
@@ -249,7 +385,9 @@ def _drive(
             every = config.eval_every
             evaluated = last or (every > 0 and (rnd + 1) % every == 0)
             if evaluated:
+                bar.set_description_str(f"{settings.protocol} (evaluating)")
                 metrics = protocol.evaluate(dep, rnd)
+                bar.set_description_str(settings.protocol, refresh=False)
             privacy = protocol.privacy()
             stats = dep.round_stats()
             sim_total += stats["sim_seconds"]
@@ -272,12 +410,7 @@ def _drive(
                 "faults": stats["faults"],
             }
             report.add_round(row)
-            bar.set_postfix(
-                {
-                    k: f"{v:.4g}"
-                    for k, v in list(train.items())[:1] + list(row["metrics"].items())[:1]
-                }
-            )
+            bar.set_postfix(progress_postfix(train, metrics))
             every_ckpt = settings.checkpoint_every
             if every_ckpt and ((rnd + 1) % every_ckpt == 0 or last):
                 save_checkpoint(
@@ -302,7 +435,8 @@ def _drive(
             "dataset_provenance": dataset.meta.get("provenance"),
             "seed": settings.seed,
             "placement": settings.placement,
-            "hosts": dep.n_hosts,
+            "hosts": settings.hosts,  # --hosts as asked: the actors a packed placement puts users on
+            "host_actors": dep.n_hosts,  # every host actor started, the server's own ones too
             "rounds": settings.rounds,
             "metrics": metrics,
             "bytes_total": dep.ledger.total(),
@@ -315,7 +449,7 @@ def _drive(
             "sim_seconds": sim_total,
             "faults": faults,
             "conditions": _conditions_record(settings),
-            "baselines": {"popularity": popularity_metrics(dataset, k=config.eval_k)},
+            "baselines": trivial_baselines(dataset, k=config.eval_k),
             "run_dir": str(run_dir),
         }
         report.write_summary(summary)

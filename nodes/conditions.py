@@ -134,6 +134,27 @@ class Conditions:
             )
         return cls(**values)
 
+    def check_run(self, node_ids: list[str], rounds: int, n_hosts: int) -> None:
+        """Refuse what cannot apply to this run, before Ray starts: a trace naming a node that
+        does not exist, a kill at a round the run does not reach or of a host it does not have."""
+        known = set(node_ids)
+        missing = sorted(n for n in self.online_rounds if n not in known)
+        if missing:
+            shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            raise ConditionsError(
+                f"trace: {self.trace}: no node {shown} in this run "
+                f"({len(node_ids)} nodes, e.g. {', '.join(node_ids[:2])})"
+            )
+        for r, h in self.kill_hosts:
+            if not 0 <= r < rounds:
+                raise ConditionsError(
+                    f"kill_hosts: round {r} is outside the run's rounds 0..{rounds - 1}"
+                )
+            if not 0 <= h < n_hosts:
+                raise ConditionsError(
+                    f"kill_hosts: no host {h} (this run has hosts 0..{n_hosts - 1})"
+                )
+
     # --- availability --------------------------------------------------------------------------
     def participant(self, nid: str) -> bool:
         """Whether ``nid`` is of a participant role (``dropout_roles``): the nodes that can be
@@ -202,8 +223,15 @@ def load_trace(path: str | Path) -> dict[str, _Rounds]:
         singles, windows = set(), []
         for e in entries:
             if isinstance(e, int) and not isinstance(e, bool):
+                if e < 0:
+                    raise ConditionsError(f"trace: {p}: {nid}: round {e} is negative")
                 singles.add(e)
             elif isinstance(e, list) and len(e) == 2 and all(isinstance(x, int) for x in e):
+                if not 0 <= e[0] < e[1]:
+                    raise ConditionsError(
+                        f"trace: {p}: {nid}: window {e!r} is empty or reversed "
+                        "(expected [start, end) with 0 <= start < end)"
+                    )
                 windows.append((e[0], e[1]))
             else:
                 raise ConditionsError(

@@ -26,6 +26,7 @@ import os
 import signal
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import ray
@@ -35,7 +36,7 @@ from cluster.ledger import Ledger, is_eval_phase
 from cluster.runtime import PlacedActors, spawn_spread
 from data.partition import partition_users
 from nodes.conditions import Conditions
-from nodes.host import Host
+from nodes.host import Host, dumps_specs
 from nodes.node import Shared
 
 PLACEMENTS = ("dedicated", "packed")
@@ -65,12 +66,23 @@ class StepResult:
     encode_decode_max: float
 
 
+# dedicated placement starts one Ray actor (a whole Python process with torch, about 180 MB and
+# 2 s to start) per participant; past this many a run exhausts a workstation's memory
+MAX_DEDICATED = 64
+
+
 def assign_hosts(specs: list[NodeSpec], placement: str, hosts: int) -> list[int]:
     """Host index of every spec: packable nodes in contiguous balanced blocks over ``hosts`` hosts,
     then one host per remaining node. ``dedicated``: one host per node."""
     if placement not in PLACEMENTS:
         raise PlacementError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
     if placement == "dedicated":
+        if len(specs) > MAX_DEDICATED:
+            raise PlacementError(
+                f"--placement dedicated would start {len(specs)} actors, one per participant "
+                f"(each a Python process of about 180 MB); at most {MAX_DEDICATED} — use "
+                "--placement packed --hosts N"
+            )
         return list(range(len(specs)))
     if hosts < 1:
         raise PlacementError(f"hosts must be >= 1, got {hosts}")
@@ -105,8 +117,13 @@ class Deployment:
         gpus_per_host: float = 0.0,
         tap: bool = False,
         conditions: Conditions | None = None,
+        status: Callable[[str], None] | None = None,
     ):
-        """``tap=True`` keeps a copy of every message sent (tests scan them for private data)."""
+        """``tap=True`` keeps a copy of every message sent (tests scan them for private data).
+        ``status`` (:attr:`status`) takes one-line descriptions of long steps."""
+        # status(text): what the deployment or its protocol is busy with, for a step that takes
+        # more than a few seconds (the runner prints it when progress is on; by default nothing)
+        self.status: Callable[[str], None] = status if status is not None else _quiet
         self.conditions = conditions if conditions is not None else Conditions()
         shared = shared if shared is not None else Shared()
         self.seed = seed
@@ -124,6 +141,9 @@ class Deployment:
             )
         self.cpus_per_host = cpus_per_host
         self.gpus_per_host = gpus_per_host
+        self.status(
+            f"starting {_count(self.n_hosts, 'host actor')} for {_count(len(specs), 'node')}…"
+        )
         self.placed: PlacedActors = spawn_spread(
             Host,
             self.n_hosts,
@@ -137,7 +157,12 @@ class Deployment:
         for s, h in zip(specs, self.host_of_spec):
             self._by_host[h].append((s.cls, s.nid, s.kwargs))
         self._route_ref = ray.put(self.route)
-        ray.get([self.hosts[h].add_nodes.remote(self._by_host[h]) for h in range(self.n_hosts)])
+        ray.get(
+            [
+                self.hosts[h].add_nodes.remote(dumps_specs(self._by_host[h]))
+                for h in range(self.n_hosts)
+            ]
+        )
         ray.get([h.set_route.remote(self._route_ref) for h in self.hosts])
         self.ledger = Ledger()
         # _pending[dst] = [(source host, batch reference)]: a batch dies with its source host
@@ -314,7 +339,7 @@ class Deployment:
             pass
         try:
             new = self.placed.respawn(h)
-            ray.get(new.add_nodes.remote(self._by_host[h]))
+            ray.get(new.add_nodes.remote(dumps_specs(self._by_host[h])))
             ray.get(new.set_route.remote(self._route_ref))
             ray.get(new.restore.remote(blob, False))
         except Exception as e:
@@ -378,6 +403,14 @@ class Deployment:
 
     def close(self) -> None:
         self.placed.release()
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _quiet(text: str) -> None:
+    """The default :attr:`Deployment.status`: says nothing."""
 
 
 def _describe(nids: list[str]) -> str:

@@ -65,6 +65,14 @@ def dumps_state(state) -> bytes:
     return buf.getvalue()
 
 
+def dumps_specs(specs: list[tuple[type, str, dict]]) -> bytes:
+    """Node specs for :meth:`Host.add_nodes`, pickled with cloudpickle (node classes defined in a
+    script or a test travel by value where registered so). Protocol 4: numpy arrays are copied
+    into the pickle and unpickle writable; protocol 5 would bring a read-only array back
+    read-only."""
+    return cloudpickle.dumps(specs, protocol=4)
+
+
 class Host:
     def __init__(self, index: int, seed: int, shared: Shared, num_cpus: float, conditions=None):
         self.index = index
@@ -76,7 +84,13 @@ class Host:
         self.local_inbox: list[Message] = []
 
     # --- set-up (not protocol traffic: this is where each participant's own data comes from) ----
-    def add_nodes(self, specs: list[tuple[type, str, dict]]) -> int:
+    def add_nodes(self, specs: bytes | list[tuple[type, str, dict]]) -> int:
+        """Make the nodes of ``specs``: (class, node id, constructor kwargs), or those pickled
+        (:func:`dumps_specs`). Pickled specs unpickle into this process's own, writable memory;
+        numpy arrays that Ray passes as arguments are read-only views of its object store, which
+        torch warns about when a node makes tensors of them."""
+        if isinstance(specs, (bytes, bytearray)):
+            specs = pickle.loads(specs)
         for cls, nid, kwargs in specs:
             if nid in self.nodes:
                 raise ValueError(f"node {nid} is already on host {self.index}")

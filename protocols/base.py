@@ -50,7 +50,7 @@ class ProtocolConfig:
     RESUMABLE: ClassVar[tuple[str, ...]] = ("eval_every",)
 
     eval_every: int = 0  # evaluate every N rounds (0: only at the end)
-    eval_k: int = 20
+    eval_k: int = 20  # K of the ranking metrics (Recall@K, NDCG@K, ...)
 
     def check(self) -> None:
         require(self.eval_every >= 0, "eval_every", "must be >= 0")
@@ -172,3 +172,35 @@ class Protocol:
 
     def privacy(self) -> dict:
         return {}
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Each dataclass field's one line of meaning: the comment at the end of the line that
+    declares it in its class's source (a subclass's comment wins over its base's). ``--help``
+    and the tutorial show these lines; a test holds every built-in protocol's fields documented."""
+    import inspect
+    import io
+    import tokenize
+
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        names = set(klass.__dict__.get("__annotations__", {}))
+        opened: dict[int, str] = {}  # source line -> field declared on it
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+        for tok, nxt in zip(tokens, tokens[1:]):
+            if tok.type == tokenize.NAME and tok.string in names and nxt.string == ":":
+                opened[tok.start[0]] = tok.string
+            elif tok.type == tokenize.COMMENT and tok.line[: tok.start[1]].strip():
+                # a trailing comment: it documents the field declared on its line, or on one of
+                # the lines just above when a long default wraps
+                row = tok.start[0]
+                owner = next((opened[r] for r in range(row, row - 4, -1) if r in opened), None)
+                if owner is not None:
+                    docs[owner] = tok.string.lstrip("#").strip()
+    return docs

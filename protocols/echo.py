@@ -41,7 +41,7 @@ def client_delta(user: int, increment: float) -> float:
 class EchoConfig(ProtocolConfig):
     ALIASES: ClassVar[dict[str, str]] = {"delta": "increment"}
 
-    dim: int = 10000
+    dim: int = 10000  # length of the echoed vector
     increment: float = 1e-3  # δ_u = increment · ((u mod 100) + 1)
 
     def check(self) -> None:
@@ -125,7 +125,7 @@ class Echo(Protocol):
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:
         dep.superstep(round_, "download", activate=[SERVER])
         dep.superstep(round_, "echo")
-        agg = dep.superstep(round_, "aggregate")
+        agg = dep.superstep(round_, "aggregate", activate=[SERVER])  # runs even with no echo
         return {
             "uploads": sum(agg.reports.get("uploads", [])),
             "skipped": len(agg.reports.get("skipped", [])),

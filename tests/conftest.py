@@ -14,16 +14,21 @@ needs_shared_data = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def ray_local():
-    """A local Ray instance (4 logical CPUs; hosts ask for fractions of them), started once and
-    kept for the following tests (re-started if a test shut it down)."""
+def start_test_ray():
+    """The tests' local Ray instance (4 logical CPUs; hosts ask for fractions of them), started
+    once and kept for the following tests (re-started if a test shut it down)."""
     import ray
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     if not ray.is_initialized():
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    yield ray
+    return ray
+
+
+@pytest.fixture
+def ray_local():
+    """:func:`start_test_ray` for one test."""
+    yield start_test_ray()
 
 
 @pytest.fixture(autouse=True)

@@ -126,7 +126,8 @@ def test_resumed_with_a_cooldown_equals_the_run_with_it_from_the_start(ray_local
         assert resumed[key] == full[key], key
     assert _rows(part_dir) == _rows(full_dir)
     record = json.loads((part_dir / "config.json").read_text())
-    assert record["resumed_with"] == [{"from_round": 2, "params": cool}]
+    assert record["resumed_with"] == [{"from_round": 2, "params": cool, "rounds": 4}]
+    assert record["settings"]["rounds"] == 4  # config.json records the new plan
     assert record["protocol_config"]["lr_cooldown_rounds"] == 3
     assert summarize(part_dir)["resumed_with"] == record["resumed_with"]
 
@@ -153,5 +154,22 @@ def test_ctrl_c_names_the_round_and_the_resume(ray_local, tmp_path, monkeypatch)
     monkeypatch.setattr(FedMF, "run_round", real)
     run_dir = next((tmp_path / "part").iterdir())
     assert load_checkpoint(run_dir)["next_round"] == 2
-    _, resumed = resume(run_dir, 4, progress=False)
-    assert resumed["rounds"] == 4
+    # the hint works as printed: without --rounds the run goes on to its own planned 4 rounds
+    assert launch.main(["--resume", str(run_dir), "--no-progress"]) == 0
+    assert json.loads((run_dir / "summary.json").read_text())["rounds"] == 4
+    assert load_checkpoint(run_dir)["next_round"] == 4
+    with pytest.raises(CheckpointError, match="all 4 planned rounds are done"):
+        resume(run_dir, progress=False)
+
+
+@pytest.mark.parametrize(
+    "flags", [["--dataset", "ml-100k"], ["--dropout", "0.2"], ["--seed", "1"],
+              ["--placement", "dedicated"], ["--hosts", "3"], ["--protocol", "dmf"]]
+)
+def test_flags_that_cannot_change_on_resume_are_refused(tmp_path, capsys, flags):
+    (tmp_path / "config.json").write_text(json.dumps({"settings": {"protocol": "fedmf"}}))
+    with pytest.raises(SystemExit) as e:
+        launch.main(["--resume", str(tmp_path), *flags])
+    assert e.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()
+    assert len(line) == 1 and flags[0] in line[0] and "cannot change" in line[0]

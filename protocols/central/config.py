@@ -46,25 +46,27 @@ class CentralConfig(ProtocolConfig):
     model: str = "lightgcn"  # lightgcn | bprmf | gcn | gat | ggnn | mf | dipsgnn
     dim: int | None = None  # embedding size d / D / hidden d
     layers: int | None = None  # K propagation layers (DIPSGNN: T steps)
-    lr: float | None = None
+    lr: float | None = None  # step size (default: the model's own)
     l2: float | None = None  # L2: LightGCN α, rating λ, DIPSGNN weight decay
-    batch_size: int | None = None
+    batch_size: int | None = None  # training batch (default: the model's own)
     # ranking
     item_side: str = "propagated"  # score h_u·h_i (LightGCN paper) or h_u·e_i ("ego")
     # rating
     thd: float = 4.0  # ratings ≥ thd are graph edges
-    activation: str = "sigmoid"
-    init_std: float = 0.1
-    use_bias: bool = False
+    activation: str = "sigmoid"  # rating models: output activation (sigmoid | none)
+    init_std: float = 0.1  # std of the normal initialisation
+    use_bias: bool = False  # rating models: user and item biases
     val_fraction: float = 0.0  # per-user share of training ratings held out for validation
     # sequential (DIPSGNN network, as protocols/dipsgnn)
-    use_features: bool = _DIPS.use_features
-    features: str = _DIPS.features
-    user_dim: int = _DIPS.user_dim
-    clip_norm: float = _DIPS.clip_norm
-    max_edge_weight: float = _DIPS.max_edge_weight
-    max_len: int = _DIPS.max_len
-    train_fraction: float = _DIPS.train_fraction
+    use_features: bool = _DIPS.use_features  # dipsgnn model: use the user features
+    features: str = _DIPS.features  # dipsgnn model: which user features
+    user_dim: int = _DIPS.user_dim  # dipsgnn model: d', size of the user part
+    clip_norm: float = _DIPS.clip_norm  # dipsgnn model: C, norm clip of hidden states
+    max_edge_weight: float = _DIPS.max_edge_weight  # dipsgnn model: w_max, cap on edge counts
+    max_len: int = _DIPS.max_len  # dipsgnn model: most recent items kept per user
+    train_fraction: float = (
+        _DIPS.train_fraction
+    )  # dipsgnn model: share of each sequence's prefixes used for training
 
     def __post_init__(self) -> None:
         """Unset shared hyper-parameters take the chosen model's paper defaults."""

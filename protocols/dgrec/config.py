@@ -53,23 +53,23 @@ class DGRECConfig(ProtocolConfig):
     )
 
     # model (stage 2); "lightgcn" is the DLGNN baseline (models/dgrec.py DLGNNUserModel)
-    model: str = "dgrec"
+    model: str = "dgrec"  # dgrec (the paper) | lightgcn (the DLGNN baseline)
     layers: int = 2  # LightGCN layers (model = "lightgcn")
-    dim: int = 16
-    n_interests: int = 6
-    hidden: int = 32
+    dim: int = 16  # d, embedding size
+    n_interests: int = 6  # interests per user (the hypergraph model's heads)
+    hidden: int = 32  # width of the MLP scorer
     scorer: str = "mlp"  # the paper's MLP(e_u ‖ e_i); "dot": e_u · e_i (a departure, for diagnosis)
-    pearson_weight: float = 0.1
+    pearson_weight: float = 0.1  # weight of the Pearson interest-independence loss
     l2: float = 1e-5  # L2 weight of the loss
-    init_std: float = 0.1
+    init_std: float = 0.1  # std of the normal initialisation
     # stage 1
     public_ratio: float = 1.0  # ρ
     neighbours: int = 10  # k of data/graphs.py
     # stage 3
     hops: int = 4  # H
-    n_u: int = 3
+    n_u: int = 3  # n_u: neighbours a node forwards to per hop
     neighbourhoods: float = 12.0  # expected seeds per round (most users train every round)
-    pairs: int = 64
+    pairs: int = 64  # BPR (positive, negative) pairs per user and round
     loss_reduction: str = "sum"  # eq. 3 sums BPR over the user's pairs ("mean": average)
     lr: float = 0.5  # the decoded step is ≤ δ per element in expectation (module docstring)
     clip: float = 0.1  # δ, clip bound
@@ -77,11 +77,11 @@ class DGRECConfig(ProtocolConfig):
     mechanism: str = "onebit"  # onebit | laplace | float (the shared gradients)
     laplace_scale: float = 0.0  # λ for mechanism="laplace"; 0 → 2δ/β (same per-element ε as β)
     # ablations (Table 3)
-    use_hypergraph: bool = True
-    use_bipartite: bool = False
-    interest_attention: bool = True
-    pearson: bool = True
-    use_public: bool = True
+    use_hypergraph: bool = True  # ablation: false drops the item-tag hypergraph
+    use_bipartite: bool = False  # ablation: true adds the user-item bipartite graph
+    interest_attention: bool = True  # ablation: false averages the interests instead of attending
+    pearson: bool = True  # ablation: false drops the Pearson loss
+    use_public: bool = True  # ablation: false ignores the neighbours' publicized items
     # the end of a run (module docstring; 0 = the paper)
     validation: float = 0.0  # fraction of its own training items a user holds out
     validate_every: int = 10  # rounds between a user's validation checks
@@ -89,9 +89,9 @@ class DGRECConfig(ProtocolConfig):
     lr_cooldown_at: int = 0  # first round of the linear cooldown
     lr_cooldown_rounds: int = 0  # its length L: η falls to 0 over L rounds (0: no cooldown)
     # accounting
-    privacy_delta: float = 1e-5
+    privacy_delta: float = 1e-5  # δ of the rigorous (ε, δ) figure
     # runtime: a host computes its users' training and evaluation in one batched pass
-    batch_users: bool = True
+    batch_users: bool = True  # a host trains and ranks its users in one batched pass (same results)
 
     def check(self) -> None:
         super().check()

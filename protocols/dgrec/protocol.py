@@ -164,6 +164,9 @@ class DGREC(Protocol):
     def stage1(self, dep: Deployment, round_: int) -> None:
         """Stage 1, once: enrolment, before the participants go about their training rounds, so
         every user takes part whatever its availability in round ``round_`` (module docstring)."""
+        dep.status(
+            f"enrolment: publicized interactions, local hypergraphs ({len(self.users)} users)…"
+        )
         dep.superstep(round_, "publicize", activate=["user"], availability=False)  # ρ of I_u
         # inner-item hypergraph (A_u, D_v, D_t) and the initial L_u of eq. 3, for eq. 4
         dep.superstep(round_, "setup", activate=["user"], availability=False)

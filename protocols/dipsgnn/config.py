@@ -35,28 +35,28 @@ class DIPSGNNConfig(ProtocolConfig):
     clip_norm: float = 0.5  # C
     max_edge_weight: float = 1.0  # w_max: public cap on edge counts (1 = binary A)
     max_len: int = 100  # most recent items kept per user (public)
-    train_fraction: float = 0.8
-    batch_size: int = 100
-    lr: float = 1e-3
+    train_fraction: float = 0.8  # share of each user's sequence prefixes used for training
+    batch_size: int = 100  # sequences per step
+    lr: float = 1e-3  # Adam step size
     l2: float = 1e-5  # Adam weight decay
     # σ is calibrated with dp-accounting's PLD ("pld") or RDP ("rdp") accountant; the spent ε is
     # the one accountant's (privacy/accountant.py): exact for Gaussians, or RDP's with "rdp"
-    accountant: str = "pld"
+    accountant: str = "pld"  # pld | rdp (see above)
     # "aggregate": DIPSGNN's noise on A·H̄ (eq. 7); "edgerand": the EdgeRand baseline, Gaussian
     # noise on every entry of each training prefix's adjacency, once, at the same (ε2, δ)
     # "dpsgd": DP-SGD on all gradients at the same (ε2, δ) (σ = 0 in the aggregation)
-    mechanism: str = "aggregate"
+    mechanism: str = "aggregate"  # aggregate | edgerand | dpsgd (see above)
     # how σ of eq. 7 is set (privacy/calibration.py ``noise_sigma``): "rigorous" (every release
     # of an edge over the run, Δ = √2·w_max·C, eps2 for the whole run); "paper" (Theorem 4.2 for
     # one release per epoch, Δ = C, eps2 per epoch); "authors_code" (their main_dipsgnn.py:
     # Theorem 4.2's form with T releases per epoch, Δ = C, δ = 2.5e-7, eps2 per epoch, and σ²
     # applied as the noise's standard deviation). The spent ε is the accountant's in every mode.
-    calibration: str = "rigorous"
+    calibration: str = "rigorous"  # rigorous | paper | authors_code (see above)
     dpsgd_batch_users: int = 64  # b: users per DP-SGD step (fixed size, without replacement)
     dpsgd_clip: float = 1.0  # C of DP-SGD's per-user gradient clipping
     # False: M_in = M_out = 0, the network without its graph (diagnostic ablation; spends nothing
     # on the graph, but the readout still sees the sequence)
-    graph_messages: bool = True
+    graph_messages: bool = True  # false: the network without its graph (see above)
 
     def check(self) -> None:
         super().check()

@@ -12,15 +12,15 @@ from protocols.base import ProtocolConfig, require
 class DMFConfig(ProtocolConfig):
     ALIASES: ClassVar[dict[str, str]] = {"reg": "l2"}
 
-    dim: int = 32
+    dim: int = 32  # d, size of the user and item factors
     pairs: int = 32  # P (positive, negative) pairs per user and round
-    lr: float = 0.05
+    lr: float = 0.05  # local SGD step size
     neighbour_weight: float = 1.0  # a gradient from h hops away is scaled by weight^h
-    l2: float = 1e-4
-    init_std: float = 0.1
+    l2: float = 1e-4  # L2 weight of the loss
+    init_std: float = 0.1  # std of the normal initialisation
     # k of data/graphs.py: on ml-100k, k=40 with one hop (recall@20 0.152 after 150 rounds) beats
     # k=10 with one hop (0.126) and matches k=10 with two hops (0.146 after 60) at a quarter of the cost
-    neighbours: int = 40
+    neighbours: int = 40  # k social/trust neighbours per user (see above)
     hops: int = 1  # how far a gradient travels
     participation: float = 1.0  # probability a user trains in a round
 

@@ -12,14 +12,14 @@ from protocols.base import ProtocolConfig, require
 class FedMFConfig(ProtocolConfig):
     ALIASES: ClassVar[dict[str, str]] = {"reg": "l2"}
 
-    dim: int = 64
+    dim: int = 64  # d, size of the user and item factors
     users_per_round: int = 256  # |Ū|; 0 = every user every round
     pairs: int = 32  # P (positive, negative) pairs per sampled user per round
     lr_user: float = 0.5  # local SGD on p_u
     user_steps: int = 1  # local SGD steps on p_u per participation (the last one uploads)
     lr_item: float = 0.02  # server Adam on Q
     l2: float = 1e-4  # α
-    init_std: float = 0.1
+    init_std: float = 0.1  # std of the normal initialisation of the factors
 
     def check(self) -> None:
         super().check()

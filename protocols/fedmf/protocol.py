@@ -14,8 +14,9 @@ its device. One round (``run_round``):
                  baseline, which FedPerGNN's pseudo items hide.
 3. ``aggregate`` the server sums the uploads that arrived row by row (in a fixed order), averages
                  over them and takes an Adam step on Q. A sampled user who is offline never
-                 uploads; with fewer than ``min_participants`` uploads (a run condition) the
-                 server skips the round's update and reports it (``skipped``).
+                 uploads; with fewer than ``min_participants`` uploads (a run condition), or
+                 none at all (every upload late or offline), the server skips the round's update
+                 and reports it (``skipped``).
 
 Evaluation (``eval_download``/``eval``): the server sends Q to every user, each user ranks all
 items it has not trained on with p_u·Q and reports its Recall/NDCG/Precision/Hit@K; that traffic
@@ -59,7 +60,9 @@ class FedMF(Protocol):
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:
         dep.superstep(round_, "download", activate=[SERVER])  # step 1: Q to the sampled users
         res = dep.superstep(round_, "train")  # step 2: local BPR step, item gradients up
-        agg = dep.superstep(round_, "aggregate")  # step 3: mean of the uploads, Adam on Q
+        # step 3: mean of the uploads, Adam on Q; the server runs even when no upload arrived
+        # in time, and reports the round skipped
+        agg = dep.superstep(round_, "aggregate", activate=[SERVER])
         return training_figures(res, agg)
 
     def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:

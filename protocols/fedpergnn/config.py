@@ -14,7 +14,7 @@ from protocols.base import ProtocolConfig, require
 class FedPerGNNConfig(ProtocolConfig):
     ALIASES: ClassVar[dict[str, str]] = {"reg": "l2", "keyservers": "key_servers"}
 
-    backbone: str = "lightgcn"
+    backbone: str = "lightgcn"  # lightgcn (FedLightGCN) | gat (FedPerGNN, rating prediction)
     dim: int = 64  # d
     layers: int = 2  # K
     users_per_round: int = 512  # |Ū|; 0 = every user every round
@@ -31,9 +31,9 @@ class FedPerGNNConfig(ProtocolConfig):
     # server); "authors_code" — as the authors' code: uploads are only clipped, and after each
     # update the server adds Laplace(0, η·2δ/(√B·ε)) = Laplace(0, η·λ/√B) to every weight of E
     # (and θ), B the round's uploads, η = lr_item, at the same claimed ε = 2δ/λ
-    calibration: str = "thesis"
-    max_neighbors: int = 100
-    key_bits: int = 2048
+    calibration: str = "thesis"  # thesis | authors_code: where the Laplace noise goes (see above)
+    max_neighbors: int = 100  # most anonymous neighbours the matcher returns per user
+    key_bits: int = 2048  # RSA modulus of the blind-signature OPRF (bits)
     expand_every: int = 0  # rounds between graph expansions; 0 = one epoch ⌈N/|Ū|⌉
     privacy_delta: float = 1e-5  # δ of the rigorous (ε, δ) figure
     key_servers: int = 1  # R key-server replicas (same key); user u uses replica u mod R

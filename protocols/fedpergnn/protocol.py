@@ -19,8 +19,9 @@ matcher (each of the last three a dedicated node). The algorithm, as the paper s
    interacted items and its negatives — plus M pseudo-interacted items whose gradients are drawn
    from N(μ, σ²) fitted to the real rows; every coordinate is clipped to [−δ, δ] and gets
    Laplace(0, λ) noise; rows sorted by item id. The server averages the uploads that arrived and
-   takes an Adam step on E; with fewer than ``min_participants`` uploads (a run condition) it
-   skips the round's update and reports it (``skipped`` in the round's training figures).
+   takes an Adam step on E; with fewer than ``min_participants`` uploads (a run condition), or
+   none at all (every upload late or offline), it skips the round's update and reports it
+   (``skipped`` in the round's training figures).
 4. **Evaluation.** E goes to every user (``eval_*`` traffic); each ranks all items it has not
    trained on by h_u·e_i (Recall/NDCG@20).
 
@@ -174,6 +175,7 @@ class FedPerGNN(Protocol):
     def tokenize(self, dep: Deployment, round_: int) -> None:
         """Step 1: every user's item tokens by the blind-RSA OPRF with the key server (the
         paper's third-party server holding the key of the privacy-preserving graph expansion)."""
+        dep.status(f"item tokens: blind-RSA OPRF with the key server ({len(self.users)} users)…")
         dep.superstep(round_, "oprf_key", activate=self.key_server_ids)  # (N, e) → users
         dep.superstep(round_, "oprf_blind")  # m' = H(x)·r^e → key server
         dep.superstep(round_, "oprf_sign")  # s' = m'^d → user
@@ -181,6 +183,7 @@ class FedPerGNN(Protocol):
 
     def expand(self, dep: Deployment, round_: int) -> None:
         """Step 2: graph expansion through the matcher."""
+        dep.status(f"graph expansion at the matcher ({len(self.users)} users)…")
         dep.superstep(round_, "expand_send", activate=["user"])  # (tokens, e_u) → matcher
         dep.superstep(round_, "expand_match")  # neighbours sharing a token → user, anonymously
         dep.superstep(round_, "expand_receive")  # local subgraph u – I_u – U_u
@@ -220,7 +223,9 @@ class FedPerGNN(Protocol):
             res = dep.superstep(round_, "train", activate=["user"])
         else:
             res = dep.superstep(round_, "train")  # local step; clip + Laplace uploads
-        agg = dep.superstep(round_, "aggregate")  # mean of the uploads, Adam step on E (and θ)
+        # mean of the uploads, Adam step on E (and θ); the server runs even when no upload
+        # arrived in time, and reports the round skipped
+        agg = dep.superstep(round_, "aggregate", activate=[SERVER])
         self._note_absences(dep)
         self._account(agg.reports)
         if self.config.attack_gradient_inference:

@@ -18,11 +18,11 @@ class VerFedGNNConfig(ProtocolConfig):
     gnn: str = "gcn"  # gcn | gat | ggnn | mf
     dim: int = 6  # D
     layers: int = 2  # K
-    activation: str = "sigmoid"
+    activation: str = "sigmoid"  # output activation of the rating model (sigmoid | none)
     thd: float = 4.0  # ratings ≥ thd are graph edges
     # Φ of Y = Φ X (privacy/projection.py): gaussian (the paper, fresh each iteration), sparse
     # (the authors' code: CountSketch, fixed for the run), none (X_p^k travels in the clear)
-    projection: str = "gaussian"
+    projection: str = "gaussian"  # gaussian | sparse | none (see above)
     projection_reduction: int = 5  # N/q
     projection_dim: int = 0  # q; 0 = N // projection_reduction
     mechanism: str = "ternary"  # ternary | laplace | none (on the public-parameter gradients)
@@ -34,18 +34,18 @@ class VerFedGNNConfig(ProtocolConfig):
     l2: float = 1e-3  # λ of eq. 5
     batch_size: int = 256  # ratings per party per iteration (0 = all)
     loss_reduction: str = "sum"  # sum | mean over the party's minibatch
-    init_std: float = 0.1
+    init_std: float = 0.1  # std of the normal initialisation
     estimator: str = "uniform"  # eq. 21: uniform (P/S)Σ | items (M/Σ_S M_p)Σ
     psi: bool = True  # align users by OPRF-PSI in round 0
-    psi_key_bits: int = 2048
+    psi_key_bits: int = 2048  # RSA modulus of the PSI's OPRF (bits)
     psi_extra_users: int = 0  # ids only one party knows (PSI must drop them)
     split_seed: int = 0  # item partition and validation split
     # de-anonymization attack (§4.1, App. I): party attack_party registers one adversarial user
     # for each of a fraction attack_p_ad of attack_victim's items and infers honest users' items
-    attack: bool = False
-    attack_party: int = 0
-    attack_victim: int = 1
-    attack_p_ad: float = 0.5
+    attack: bool = False  # run the de-anonymization attack (see above)
+    attack_party: int = 0  # the attacking party
+    attack_victim: int = 1  # the party whose items are attacked
+    attack_p_ad: float = 0.5  # share of the victim's items with an adversarial user
     attack_max_items: int = 3  # c: inferred subsets have 1..c items
     attack_beam: int = 32  # beam width of the subset search
 

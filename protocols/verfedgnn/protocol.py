@@ -196,6 +196,7 @@ class VerFedGNN(Protocol):
         are organisations' servers that agree to federate, and iterations cannot start until
         every one of them has aligned, so the set-up waits for all of them; the run condition's
         per-round absence of a party concerns the iterations (A_t, eq. 21), not the set-up."""
+        dep.status(f"user alignment: OPRF-PSI among {self.config.parties} parties…")
         for phase in PSI_PHASES:
             dep.superstep(
                 round_,
