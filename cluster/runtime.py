@@ -7,6 +7,7 @@ starts one actor in each bundle.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -88,6 +89,7 @@ class PlacedActors:
     handles: list
     group: object  # the placement group (kept so that it can be removed)
     make: object = None  # make(i) starts actor i in its bundle (used to replace a dead one)
+    key: tuple | None = None  # (class, count, resources, cluster) when the group may be reused
 
     def respawn(self, i: int):
         """Start a fresh actor ``i`` in the bundle of the one that died, with the same arguments."""
@@ -95,25 +97,117 @@ class PlacedActors:
         return self.handles[i]
 
     def release(self) -> None:
+        """Give the actors back: kept idle for the next :func:`spawn_spread` of the same shape
+        when their class can ``reset`` (starting an actor costs seconds: a Python process that
+        imports torch), else killed with their placement group."""
+        if self.key is not None and ray.is_initialized():
+            _park(self)
+        else:
+            self.kill()
+
+    def kill(self) -> None:
         for h in self.handles:
-            ray.kill(h)
-        remove_placement_group(self.group)
+            with contextlib.suppress(Exception):  # already dead
+                ray.kill(h)
+        with contextlib.suppress(Exception):
+            remove_placement_group(self.group)
+
+
+# Idle groups of actors, kept between deployments of one driver (a comparison, a test session, a
+# tuning grid): a deployment of the same shape resets one instead of starting new processes. At
+# most MAX_IDLE_ACTORS are kept (the oldest go first), and all are killed when a new placement
+# group would not fit beside them, so idle actors never hold resources a deployment waits for.
+_IDLE: list[PlacedActors] = []
+MAX_IDLE_ACTORS = 8
+
+
+def _park(placed: PlacedActors) -> None:
+    _IDLE.append(placed)
+    while sum(len(p.handles) for p in _IDLE) > MAX_IDLE_ACTORS:
+        _kill_idle(_IDLE.pop(0))
+
+
+def drain_idle() -> None:
+    """Kill the idle actors kept for reuse (their placement groups removed)."""
+    while _IDLE:
+        _kill_idle(_IDLE.pop())
+
+
+def _kill_idle(placed: PlacedActors) -> None:
+    if ray.is_initialized() and placed.key[-1] == _cluster_id():
+        placed.kill()  # (actors of an earlier Ray session are gone with it)
+
+
+def _cluster_id() -> str:
+    return ray.get_runtime_context().gcs_address
+
+
+def _reuse(key: tuple, args_for) -> PlacedActors | None:
+    """An idle group of shape ``key``, its actors reset with ``args_for``'s arguments; None
+    when there is none (or one of its actors has died: then all of them are killed)."""
+    for j in range(len(_IDLE) - 1, -1, -1):
+        if _IDLE[j].key == key:
+            placed = _IDLE.pop(j)
+            break
+    else:
+        return None
+    try:
+        ray.get(
+            [
+                h.reset.remote(*args_for(i)[0], **args_for(i)[1])
+                for i, h in enumerate(placed.handles)
+            ],
+            timeout=120,
+        )
+    except Exception:  # noqa: BLE001 — a dead or stuck idle actor: start afresh
+        placed.kill()
+        return None
+    return placed
+
+
+def _make_room(bundle: dict, count: int) -> None:
+    """Kill the idle actors when ``count`` bundles would not fit in what the cluster has free."""
+    free = ray.available_resources()
+    if any(free.get(r, 0.0) < amount * count - 1e-9 for r, amount in bundle.items()):
+        drain_idle()
 
 
 def spawn_spread(
     actor_cls, count: int, *, num_cpus: float, num_gpus: float, args_for=lambda i: ((), {})
 ) -> PlacedActors:
     """Start ``count`` actors of ``actor_cls`` (a plain class), each with ``num_cpus``/``num_gpus``
-    (fractions allowed), spread over the cluster's nodes with a SPREAD placement group.
+    (fractions allowed), spread over the cluster's nodes with a SPREAD placement group. An actor
+    class with a ``reset`` method (same arguments as its constructor, the same state as a fresh
+    actor after it) is reused: the group released last, when of the same shape, is reset
+    instead of started.
 
     ``args_for(i)`` gives the constructor's ``(args, kwargs)`` for actor ``i``."""
     if count < 1:
         raise ValueError(f"need at least one actor, got {count}")
     if num_cpus <= 0 and num_gpus <= 0:
         raise ValueError("an actor must ask for some CPU or GPU")
+    reusable = callable(getattr(actor_cls, "reset", None))
+    key = (
+        f"{actor_cls.__module__}.{actor_cls.__qualname__}",
+        count,
+        num_cpus,
+        num_gpus,
+        _cluster_id(),
+    )
+    placed = _reuse(key, args_for) if reusable else None
+    if placed is None:
+        placed = _spawn(actor_cls, count, num_cpus, num_gpus, args_for)
+    placed.key = key if reusable else None
+    placed.make = _maker(actor_cls, placed.group, num_cpus, num_gpus, args_for)
+    return placed
+
+
+def _spawn(actor_cls, count: int, num_cpus: float, num_gpus: float, args_for) -> PlacedActors:
     bundle = {"CPU": num_cpus}
     if num_gpus > 0:
         bundle["GPU"] = num_gpus
+    if _IDLE:
+        _make_room(bundle, count)
     group = placement_group([dict(bundle) for _ in range(count)], strategy="SPREAD")
     ready, _ = ray.wait([group.ready()], timeout=120)
     if not ready:
@@ -123,6 +217,12 @@ def spawn_spread(
             f"cannot place {count} hosts of {bundle}: the cluster has {res.get('CPU', 0)} CPUs and "
             f"{res.get('GPU', 0)} GPUs (lower --hosts or --gpus-per-host)"
         )
+    make = _maker(actor_cls, group, num_cpus, num_gpus, args_for)
+    return PlacedActors([make(i) for i in range(count)], group, make)
+
+
+def _maker(actor_cls, group, num_cpus: float, num_gpus: float, args_for):
+    """make(i): a new actor ``i`` of ``actor_cls`` in bundle i of ``group``."""
     remote_cls = ray.remote(actor_cls)
 
     def make(i: int):
@@ -135,4 +235,4 @@ def spawn_spread(
             ),
         ).remote(*args, **kwargs)
 
-    return PlacedActors([make(i) for i in range(count)], group, make)
+    return make

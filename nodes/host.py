@@ -10,6 +10,7 @@ the next superstep, so message bytes travel host to host and never through the d
 from __future__ import annotations
 
 import copyreg
+import gc
 import io
 import os
 import pickle
@@ -73,6 +74,11 @@ def dumps_specs(specs: list[tuple[type, str, dict]]) -> bytes:
     return cloudpickle.dumps(specs, protocol=4)
 
 
+# torch's global RNG as a fresh process has it (its default seed): a reset host restores it, so
+# a reused actor computes what a new one would even where a model draws from the global RNG
+_FRESH_TORCH_RNG = torch.get_rng_state()
+
+
 class Host:
     def __init__(self, index: int, seed: int, shared: Shared, num_cpus: float, conditions=None):
         self.index = index
@@ -82,6 +88,14 @@ class Host:
         self.nodes: dict[str, Node] = {}
         self.route: dict[str, int] = {}
         self.local_inbox: list[Message] = []
+
+    def reset(self, index: int, seed: int, shared: Shared, num_cpus: float, conditions=None):
+        """Become the fresh host the constructor makes with these arguments (cluster.runtime
+        reuses an idle host actor rather than start a new process): no node, no mail, torch's
+        global RNG as at start."""
+        torch.set_rng_state(_FRESH_TORCH_RNG)
+        self.__init__(index, seed, shared, num_cpus, conditions)
+        gc.collect()
 
     # --- set-up (not protocol traffic: this is where each participant's own data comes from) ----
     def add_nodes(self, specs: bytes | list[tuple[type, str, dict]]) -> int:

@@ -15,12 +15,12 @@ def ml100k():
     return load_dataset("ml-100k")
 
 
+@pytest.mark.slow  # accuracy on real data: CI runs `-m slow`
 @pytest.mark.parametrize(
     "protocol,rounds,params",
     [
         ("fedmf", 150, {}),
-        # 200-290 s on the 2-core CI machine: run with `pytest -m slow` (0.1524 vs 0.1482, RESULTS.md)
-        pytest.param("dmf", 150, {}, marks=pytest.mark.slow),
+        ("dmf", 150, {}),  # 200-310 s on the 2-core machine (0.1524 vs 0.1482, RESULTS.md)
     ],
 )
 def test_beats_popularity_on_ml100k(ray_local, tmp_path, ml100k, protocol, rounds, params):

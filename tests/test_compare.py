@@ -149,6 +149,7 @@ def _main_table(md: str) -> dict[str, list[str]]:
     return out
 
 
+@pytest.mark.slow  # every protocol and its baseline in one run: CI runs `-m slow`
 @pytest.mark.ray
 def test_compare_runs_every_protocol_and_its_table_is_in_the_json(
     ray_local, tmp_path, capsys, monkeypatch

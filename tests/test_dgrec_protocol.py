@@ -198,13 +198,13 @@ def test_no_public_items_sent_without_neighbour_items(ray_local):
     assert "public_items" not in {m.kind for m in out["tapped"]}
 
 
+@pytest.mark.slow  # an actor per participant (dedicated): CI runs `-m slow`
 @pytest.mark.parametrize(
     "cls,mechanism",
     [
         (DGREC, "onebit"),
-        # the same choreography with another encoder (slow: the default run's time budget)
-        pytest.param(DGREC, "laplace", marks=pytest.mark.slow),
-        pytest.param(DLGNN, "laplace", marks=pytest.mark.slow),  # same choreography as DGREC's
+        (DGREC, "laplace"),  # the same choreography with another encoder
+        (DLGNN, "laplace"),  # same choreography as DGREC's
     ],
 )
 def test_placement_invariance(ray_local, cls, mechanism):

@@ -160,6 +160,7 @@ def test_more_epochs_than_calibrated_is_refused(ray_local):
         run({**SMALL, "epochs": 1}, rounds=2)
 
 
+@pytest.mark.slow  # an actor per participant (dedicated): CI runs `-m slow`
 def test_placement_invariance(ray_local):
     ds = small_dataset(n_users=6)  # dedicated: one actor per user
     a = run(SMALL, "dedicated", 1, dataset=ds)

@@ -329,6 +329,7 @@ def test_killed_user_host_is_restored_and_its_users_catch_up(ray_local, tmp_path
     _check_fault(ds, run_dir, summary, 4)
 
 
+@pytest.mark.slow  # accuracy after a fault, 60 rounds: CI runs `-m slow`
 def test_killed_user_host_barely_moves_recall(ray_local, tmp_path):
     """The acceptance test: the final Recall@20 of a run that lost a user host is within 2%
     (relative) of the undisturbed run's with the same seed. 300 users with ~8 held-out items

@@ -80,6 +80,7 @@ def _offline_parties(cond, r):
     return {p for p in range(VFG["parties"]) if cond.offline(SEED, r, node_id("party", p))}
 
 
+@pytest.mark.slow  # a long vertical run: CI runs `-m slow`
 def test_verfedgnn_offline_party_gets_and_sends_nothing(ray_local):
     cond = Conditions(dropout=0.3)
     a = _verfedgnn_run(1)

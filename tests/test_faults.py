@@ -140,6 +140,7 @@ def _fedmf_rounds(placement, hosts, rounds=4):
     return out
 
 
+@pytest.mark.slow  # an actor per participant (dedicated): CI runs `-m slow`
 def test_dropout_draws_the_same_participants_whatever_the_placement(ray_local):
     packed1 = _fedmf_rounds("packed", 1)
     assert sum(len(dropped) for dropped, *_ in packed1) >= 4  # offline users were left out

@@ -62,6 +62,7 @@ def test_fedmf_round_bytes_equal_formula(ray_local):
     assert sum(r["bytes"] for r in out["ledger"]) == sum(len(msg.payload) for msg in out["tapped"])
 
 
+@pytest.mark.slow  # an actor per participant (dedicated): CI runs `-m slow`
 @pytest.mark.parametrize(
     "proto_cls,params",
     [

@@ -287,6 +287,7 @@ def test_round_bytes_equal_formula(shared_run):
 # --------------------------------------------------------------------------- placement
 
 
+@pytest.mark.slow  # an actor per participant (dedicated): CI runs `-m slow`
 @pytest.mark.ray
 def test_placement_invariance(ray_local):
     def run(placement, hosts):

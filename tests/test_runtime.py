@@ -90,3 +90,33 @@ def test_unknown_destination_is_a_clear_error(ray_local):
 def test_mean_report_is_order_independent():
     vals = [0.1, 1e16, -1e16, 0.2] * 10
     assert mean_report({"x": vals}, "x") == mean_report({"x": list(reversed(vals))}, "x")
+
+
+def test_a_reused_host_actor_computes_what_a_fresh_one_does(ray_local):
+    """A released deployment's host actors are reset and reused by the next deployment of the
+    same shape (no new process); what runs on them equals what ran on them fresh, torch's
+    global RNG included (whose state at a process's start differs between processes)."""
+    from cluster.runtime import drain_idle
+
+    def one_run():
+        specs = ring_specs(4) + [NodeSpec(toy_protocol.GlobalDraw, node_id("user", 9))]
+        dep = Deployment(specs, seed=7, placement="packed", hosts=2)
+        try:
+            pids = [i["pid"] for i in dep.host_info()]
+            steps = [dep.superstep(r, "pass", activate=["user"]).reports for r in range(2)]
+            return pids, steps, dep.call("user/9", "draw"), dep.ledger.rows()
+        finally:
+            dep.close()
+
+    def seeded(run):  # what the nodes' own RNGs make: the same in any process
+        steps = [{k: v for k, v in r.items() if k != "draw"} for r in run[0]]
+        return steps, run[2]
+
+    drain_idle()
+    fresh_pids, *fresh = one_run()
+    reused_pids, *reused = one_run()
+    assert reused_pids == fresh_pids  # the same processes, reset
+    assert reused == fresh  # torch's global RNG too is back where the fresh process had it
+    drain_idle()
+    again_pids, *again = one_run()
+    assert set(again_pids).isdisjoint(fresh_pids) and seeded(again) == seeded(fresh)

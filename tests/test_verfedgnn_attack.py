@@ -35,6 +35,7 @@ def test_attack_config_errors():
     build_config(VerFedGNN.Config, {"attack": False, "attack_victim": 0})  # off: not checked
 
 
+@pytest.mark.slow  # a full attack run: CI runs `-m slow`
 def test_attack_run_reports_ordering_from_the_received_aggregate(ray_local):
     ds = synthetic(n_users=N_USERS, n_items=N_ITEMS, avg_interactions=12, seed=0)
     params = {"parties": 3, "psi": True, "psi_key_bits": 1024, "attack": True, "attack_p_ad": 0.8}

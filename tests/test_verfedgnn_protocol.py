@@ -187,6 +187,7 @@ def test_placement_invariance_and_determinism(ray_local):
     assert all(np.isfinite(v) for v in a[1].values())
 
 
+@pytest.mark.slow  # accuracy: CI runs `-m slow`
 def test_small_synthetic_run_beats_global_mean(ray_local):
     ds = small_dataset(n_users=20, n_items=40, avg=12)
     params = {"parties": 2, "psi": False, "batch_size": 0}

@@ -35,3 +35,19 @@ class Echo(Node):
     def handle(self, phase, inbox):
         for m in inbox:
             self.send("echo", m.src, m.payload * 2)
+
+
+class GlobalDraw(Node):
+    """Draws from torch's global RNG, as a model's default initialisation does."""
+
+    role = "user"
+
+    def handle(self, phase, inbox):
+        import torch
+
+        self.report("draw", float(torch.rand(1)))
+
+    def draw(self):
+        import torch
+
+        return float(torch.rand(1))
