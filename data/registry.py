@@ -140,21 +140,20 @@ def _check_arguments(test_fraction: float, min_user: int, min_item: int) -> None
 def dataset_folder(name: str | Path, data_dir: str | Path | None = None) -> Path | None:
     """The folder a dataset argument that is not a registered name points to: ``name`` itself
     when it is a directory, else ``<data_dir>/<name>`` when that is one; ``None`` otherwise."""
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return path.resolve()
-    if data_dir is not None and not path.is_absolute() and (Path(data_dir) / path).is_dir():
-        return (Path(data_dir) / path).resolve()
-    return None
+    return _dataset_path(name, data_dir, Path.is_dir)
 
 
 def dataset_file(name: str | Path, data_dir: str | Path | None = None) -> Path | None:
-    """The file a dataset argument that is not a registered name points to: ``name`` itself
-    when it is a file, else ``<data_dir>/<name>`` when that is one; ``None`` otherwise."""
+    """The file a dataset argument that is not a registered name points to, found as
+    :func:`dataset_folder` finds a folder."""
+    return _dataset_path(name, data_dir, Path.is_file)
+
+
+def _dataset_path(name: str | Path, data_dir: str | Path | None, kind) -> Path | None:
     path = Path(name).expanduser()
-    if path.is_file():
+    if kind(path):
         return path.resolve()
-    if data_dir is not None and not path.is_absolute() and (Path(data_dir) / path).is_file():
+    if data_dir is not None and not path.is_absolute() and kind(Path(data_dir) / path):
         return (Path(data_dir) / path).resolve()
     return None
 
