@@ -35,14 +35,6 @@ from pathlib import Path
 
 import tomllib
 
-DATASET_OPTIONS = {
-    "split",
-    "min_user_interactions",
-    "min_item_interactions",
-    "implicit",
-    "test_fraction",
-}
-
 
 def _prog() -> str:
     """The command's name as the user typed it: ``privrec`` (the console command) or launch.py."""
@@ -283,9 +275,7 @@ def _add_protocol_help(p: argparse.ArgumentParser, name: str, *, default: bool) 
     g = p.add_argument_group(title, "also the top level of a --config TOML file")
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.replace("_", "-")
-        hint = hints[f.name]
-        if typing.get_origin(hint) is not None:  # Optional[X] / X | None
-            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        hint = _value_type(hints[f.name])
         default_value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         text = f"{docs.get(f.name, '')} (default: {default_value})"
         if f.name in cls.RESUMABLE:
@@ -361,9 +351,7 @@ def protocol_flags(extras: list[str], config_cls) -> dict:
             key = key[3:]
         if key not in fields:
             raise ValueError(f"unknown flag --{name} for this protocol (known: {known})")
-        hint = hints[key]
-        if typing.get_origin(hint) is not None:  # Optional[X] / X | None
-            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        hint = _value_type(hints[key])
         if hint is bool:
             if negated or not eq:
                 if eq:
@@ -384,6 +372,15 @@ def protocol_flags(extras: list[str], config_cls) -> dict:
         except ConfigError as e:
             raise ValueError(f"--{name}: {str(e).partition(': ')[2]}") from None
     return out
+
+
+def _value_type(hint):
+    """A Config field's type without its ``None``: ``int`` for ``int | None``."""
+    import typing
+
+    if typing.get_origin(hint) is not None:  # Optional[X] / X | None
+        return next(a for a in typing.get_args(hint) if a is not type(None))
+    return hint
 
 
 def _argv(argv: list[str] | None) -> list[str]:
@@ -542,10 +539,12 @@ def _read_config(parser, args, *, compare: bool) -> tuple[dict, dict, dict, dict
             f"[compare.<protocol>], not at the top level or in [protocol] ({sorted(params)})"
         )
     if args.dataset != "synthetic":
-        bad = sorted(set(dataset_opts) - DATASET_OPTIONS)
+        from data.registry import LOAD_OPTIONS
+
+        bad = sorted(set(dataset_opts) - set(LOAD_OPTIONS))
         if bad:
             parser.error(
-                f"--config {args.config}: unknown [dataset] option(s) {bad} (known: {sorted(DATASET_OPTIONS)})"
+                f"--config {args.config}: unknown [dataset] option(s) {bad} (known: {sorted(LOAD_OPTIONS)})"
             )
     return params, dataset_opts, conditions, compare_table
 
@@ -821,7 +820,10 @@ def _show(summary: dict, run_dir) -> None:
     if summary.get("faults"):
         shown["faults"] = summary["faults"]
     # the trivial baseline of the run's kind of metric, under the name summary.json gives it
-    kind = "mean_rating" if "rmse" in summary["metrics"] else "popularity"
+    from engine.compare import main_metric
+
+    rating = main_metric(summary["metrics"])[1] == "lower"  # RMSE: rating prediction
+    kind = "mean_rating" if rating else "popularity"
     if kind in summary["baselines"]:
         shown["baselines"] = {kind: summary["baselines"][kind]}
     print(json.dumps(shown, indent=2, default=float))

@@ -135,20 +135,16 @@ def check_dataset(name: str, data_dir: str | None, flag: str = "--dataset") -> N
     (a folder of dataset files, an interaction file; the loader judges its content), checked
     without reading the data; else :class:`UsageError` naming ``flag``."""
     from data.errors import UnknownDatasetError
-    from data.registry import DATASETS, SPECS, dataset_root
+    from data.registry import DATASETS, SPECS, dataset_file, dataset_folder, dataset_root
 
     check_data_dir(data_dir)
     with usage_errors(f"{flag} {name}"):
         if name in SPECS:
             dataset_root(name, data_dir)  # DatasetNotFoundError when the folder is missing
-        elif name not in DATASETS and not _is_path(name, data_dir):
+        elif name not in DATASETS and not (
+            dataset_folder(name, data_dir) or dataset_file(name, data_dir)
+        ):
             raise UnknownDatasetError(name, DATASETS)
-
-
-def _is_path(name: str, data_dir: str | None) -> bool:
-    path = Path(name).expanduser()
-    under = data_dir is not None and not path.is_absolute() and (Path(data_dir) / path).exists()
-    return path.exists() or under
 
 
 def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

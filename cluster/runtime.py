@@ -151,14 +151,12 @@ def _reuse(key: tuple, args_for) -> PlacedActors | None:
             break
     else:
         return None
+    calls = []
+    for i, h in enumerate(placed.handles):
+        args, kwargs = args_for(i)
+        calls.append(h.reset.remote(*args, **kwargs))
     try:
-        ray.get(
-            [
-                h.reset.remote(*args_for(i)[0], **args_for(i)[1])
-                for i, h in enumerate(placed.handles)
-            ],
-            timeout=120,
-        )
+        ray.get(calls, timeout=120)
     except Exception:  # noqa: BLE001 — a dead or stuck idle actor: start afresh
         placed.kill()
         return None
@@ -197,8 +195,9 @@ def spawn_spread(
     placed = _reuse(key, args_for) if reusable else None
     if placed is None:
         placed = _spawn(actor_cls, count, num_cpus, num_gpus, args_for)
+    else:  # a replacement for a dead actor takes this deployment's arguments
+        placed.make = _maker(actor_cls, placed.group, num_cpus, num_gpus, args_for)
     placed.key = key if reusable else None
-    placed.make = _maker(actor_cls, placed.group, num_cpus, num_gpus, args_for)
     return placed
 
 

@@ -8,17 +8,19 @@ import platform
 import shutil
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
 
+from cluster.message import role_of
 from cluster.runtime import start_or_join
 from data.types import RecDataset
 from engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from engine.compare import main_metric
-from engine.report import RunReport, dataset_record, new_run_dir, privacy_scalars
+from engine.report import RunReport, _is_number, dataset_record, new_run_dir, privacy_scalars
 from models.baselines import trivial_baselines
 from nodes.conditions import Conditions
 from nodes.deployment import Deployment, HostLostError, NodeSpec, PlacementError, assign_hosts
@@ -64,10 +66,7 @@ class Plan:
     n_hosts: int
 
     def describe(self, settings: RunSettings) -> str:
-        roles: dict[str, int] = {}
-        for s in self.specs:
-            role = s.nid.partition("/")[0]
-            roles[role] = roles.get(role, 0) + 1
+        roles = Counter(role_of(s.nid) for s in self.specs)
         nodes = ", ".join(f"{n} {r}" for r, n in roles.items())
         return (
             f"{settings.protocol} on {self.protocol.dataset.name}: {settings.rounds} rounds, "
@@ -136,10 +135,7 @@ def check_plan(settings: RunSettings, specs: list[NodeSpec]) -> int:
     n_hosts = max(assign_hosts(specs, settings.placement, settings.hosts)) + 1
     settings.conditions.check_run([s.nid for s in specs], settings.rounds, n_hosts)
     if settings.gpus_per_host > 0 and settings.address is None and not _local_gpus():
-        raise PlacementError(
-            f"--gpus-per-host {settings.gpus_per_host:g}: this machine has no CUDA GPU "
-            "(leave it at 0 to compute on CPU)"
-        )
+        raise _no_gpu(settings, "this machine has no CUDA GPU")
     return n_hosts
 
 
@@ -147,10 +143,13 @@ def check_resources(settings: RunSettings, cluster) -> None:
     """A GPU request on a joined cluster without GPUs fails at once, not after Ray's scheduler
     has waited for a node that will never come."""
     if settings.gpus_per_host > 0 and cluster.gpus <= 0:
-        raise PlacementError(
-            f"--gpus-per-host {settings.gpus_per_host:g}: the Ray cluster has no GPU "
-            "(leave it at 0 to compute on CPU)"
-        )
+        raise _no_gpu(settings, "the Ray cluster has no GPU")
+
+
+def _no_gpu(settings: RunSettings, where: str) -> PlacementError:
+    return PlacementError(
+        f"--gpus-per-host {settings.gpus_per_host:g}: {where} (leave it at 0 to compute on CPU)"
+    )
 
 
 def _local_gpus() -> int:
@@ -346,10 +345,6 @@ def progress_postfix(train: dict, metrics: dict) -> dict[str, str]:
     if name is not None and _is_number(metrics[name]):
         out[name] = f"{metrics[name]:.4g}"
     return out
-
-
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _conditions_record(settings: RunSettings) -> dict:

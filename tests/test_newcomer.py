@@ -138,9 +138,10 @@ def test_the_printed_summary_names_the_baseline_as_summary_json_does(capsys):
     launch._show(_summary({"recall@20": 0.2}), "runs/x")
     shown = json.loads(capsys.readouterr().out.rsplit("run report", 1)[0])
     assert shown["baselines"] == {"popularity": {"recall@20": 0.1}}
-    launch._show(_summary({"rmse": 0.9}), "runs/x")  # a rating run: the rating baseline
-    shown = json.loads(capsys.readouterr().out.rsplit("run report", 1)[0])
-    assert shown["baselines"] == {"mean_rating": {"rmse": 1.1}}
+    for rating in ({"rmse": 0.9}, {"test_rmse": 0.9}):  # a rating run (a central rating model's
+        launch._show(_summary(rating), "runs/x")  # figure is test_rmse): the rating baseline
+        shown = json.loads(capsys.readouterr().out.rsplit("run report", 1)[0])
+        assert shown["baselines"] == {"mean_rating": {"rmse": 1.1}}
 
 
 def test_the_mean_rating_baseline_is_the_rmse_of_the_training_mean():
