@@ -218,7 +218,7 @@ def _add_condition_arguments(p: argparse.ArgumentParser) -> None:
 def build_parser(protocol_help: str | None = None) -> argparse.ArgumentParser:
     """The parser of one run (``launch.py [run] --protocol ...``); with ``protocol_help``, its
     --help also lists that protocol's parameters (they are parsed by :func:`protocol_flags`)."""
-    from protocols import DEFAULT_PROTOCOL, PROTOCOLS
+    from protocols import DEFAULT_PROTOCOL, protocol_names
 
     p = _Parser(
         prog=_prog(),
@@ -231,8 +231,10 @@ def build_parser(protocol_help: str | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--protocol",
         default=DEFAULT_PROTOCOL,
-        choices=sorted(PROTOCOLS),
-        help="which protocol to run (default: %(default)s)",
+        type=_protocol_name,
+        metavar="NAME",
+        help=f"which protocol to run: {', '.join(protocol_names())}, one an installed package "
+        "registers, or package.module:Class (default: %(default)s)",
     )
     p._optionals.title = "run options"
     _add_shared_arguments(p)
@@ -256,6 +258,24 @@ def build_parser(protocol_help: str | None = None) -> argparse.ArgumentParser:
     if protocol_help is not None:
         _add_protocol_help(p, protocol_help, default=protocol_help == DEFAULT_PROTOCOL)
     return p
+
+
+def _protocol_name(name: str) -> str:
+    """``--protocol``'s value: a protocol that resolves (registered, or package.module:Class)."""
+    from protocols import get_protocol
+
+    try:
+        get_protocol(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return name
+
+
+def _is_protocol(name: str | None) -> bool:
+    try:
+        return name is not None and bool(_protocol_name(name))
+    except argparse.ArgumentTypeError:
+        return False
 
 
 def _add_protocol_help(p: argparse.ArgumentParser, name: str, *, default: bool) -> None:
@@ -414,17 +434,17 @@ def _protocol_named(argv: list[str]) -> str | None:
 def parse(argv: list[str] | None = None):
     """One run's command line (a leading ``run`` is allowed): ``(parser, args, protocol
     parameters, dataset options, run condition values)``."""
-    from protocols import DEFAULT_PROTOCOL, PROTOCOLS
+    from protocols import DEFAULT_PROTOCOL, protocol_names
 
     argv = _argv(argv)
     if argv[:1] == ["run"]:
         argv = argv[1:]
-    if argv[:1] and argv[0] in PROTOCOLS:  # `privrec dgrec ...` is `privrec --protocol dgrec ...`
+    if argv[:1] and argv[0] in protocol_names():  # `privrec dgrec ...`: `--protocol dgrec ...`
         argv = ["--protocol", argv[0], *argv[1:]]
     wants_help = any(t in ("-h", "--help") for t in argv)
     named = _protocol_named(argv)
     parser = build_parser(
-        (named if named in PROTOCOLS else DEFAULT_PROTOCOL) if wants_help else None
+        (named if _is_protocol(named) else DEFAULT_PROTOCOL) if wants_help else None
     )
     args, extras = parser.parse_known_args(argv)
     if args.resume is not None:
@@ -583,8 +603,8 @@ COMPARE_KEYS = ("protocols", "rounds", "baselines", "quick")
 def parse_compare(argv: list[str] | None = None):
     """``compare``'s command line (without the word ``compare``): ``(parser, args, entries,
     dataset options, run condition values)``, the entries planned by engine.compare.plan."""
-    from engine.compare import DEFAULT_PROTOCOLS, CompareError, plan
-    from protocols import get_protocol
+    from engine.compare import CompareError, plan
+    from protocols import DEFAULT_COMPARISON, get_protocol
     from protocols.base import ConfigError, build_config
 
     parser = build_compare_parser()
@@ -603,7 +623,7 @@ def parse_compare(argv: list[str] | None = None):
         )
     labels = args.protocols if args.protocols is not None else options.get("protocols")
     if labels is None:
-        labels = list(DEFAULT_PROTOCOLS)
+        labels = list(DEFAULT_COMPARISON)
     elif isinstance(labels, str):
         labels = [x for x in labels.split(",") if x.strip()]
     if not labels or not all(isinstance(x, str) for x in labels):
@@ -820,9 +840,10 @@ def _show(summary: dict, run_dir) -> None:
     if summary.get("faults"):
         shown["faults"] = summary["faults"]
     # the trivial baseline of the run's kind of metric, under the name summary.json gives it
-    from engine.compare import main_metric
+    from engine.figures import main_metric
 
-    rating = main_metric(summary["metrics"])[1] == "lower"  # RMSE: rating prediction
+    # RMSE: rating prediction
+    rating = main_metric(summary["metrics"], summary.get("main_metric"))[1] == "lower"
     kind = "mean_rating" if rating else "popularity"
     if kind in summary["baselines"]:
         shown["baselines"] = {kind: summary["baselines"][kind]}

@@ -2,12 +2,15 @@
 launch, the tests and the benchmarks use it; nothing under protocols/, nodes/, models/, privacy/,
 data/ or cluster/ imports it.
 
-    from engine import RunSettings, deploy, resume, run
+    from engine import RunSettings, deploy, resume, rounds, run
 
     run_dir, summary = run(RunSettings(protocol="fedmf", rounds=20), dataset)   # a run report
     dep = deploy(protocol, "packed", hosts=2, tap=True)   # the deployment run() would make
+    for r in rounds(protocol, dep, 5):                    # the one round loop, by hand
+        print(r.round, r.train, r.metrics)
 
-Its modules: :mod:`engine.runner` (the round loop, :func:`run`, :func:`resume`, :func:`deploy`),
+Its modules: :mod:`engine.loop` (the one round loop, :func:`rounds`), :mod:`engine.runner` (:func:`run`,
+:func:`resume`, :func:`deploy`),
 :mod:`engine.report` (run directories, metrics.jsonl, summary.json, plots),
 :mod:`engine.checkpoint` (``--checkpoint-every``, ``--resume``) and :mod:`engine.compare`
 (``launch.py compare``). The names below are imported when first used, so importing
@@ -20,12 +23,22 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from engine.loop import RoundResult, rounds, run_rounds
     from engine.runner import RunSettings, deploy, resume, run
 
-__all__ = ["RunSettings", "deploy", "resume", "run"]
+_WHERE = {
+    "RunSettings": "engine.runner",
+    "deploy": "engine.runner",
+    "resume": "engine.runner",
+    "run": "engine.runner",
+    "rounds": "engine.loop",
+    "run_rounds": "engine.loop",
+    "RoundResult": "engine.loop",
+}
+__all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str):
-    if name in __all__:
-        return getattr(importlib.import_module("engine.runner"), name)
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
     raise AttributeError(f"module 'engine' has no attribute {name!r}")

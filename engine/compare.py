@@ -1,15 +1,15 @@
 """Compare protocols on one dataset: run each on the same data, split and Ray cluster, and write
 ``runs/<time>-compare/`` with ``comparison.json``, ``comparison.md`` and the comparison plots.
 
-    python launch.py compare --dataset ml-100k --protocols fedmf,fedlightgcn,dgrec,central:lightgcn
+    python launch.py compare --dataset ml-100k --protocols fedmf,dgrec,central:lightgcn
     python launch.py                       # the main job: compare --quick on the synthetic data
 
-A protocol is named as on ``--protocol``; ``central:MODEL`` is the centralized baseline
-``--protocol central --model MODEL``. Every protocol is set beside its matching non-private
-baseline (:func:`baseline_of`: fedmf/dmf → ``central:bprmf``, fedlightgcn/dgrec/dlgnn →
-``central:lightgcn``, verfedgnn → ``central:<its gnn>``, dipsgnn → ``central:dipsgnn``), which is
-added to the list unless ``baselines=False``; the table gives the ratio of the two main metrics
-(recall@k for the ranking protocols, RMSE for the rating ones).
+A protocol is named as on ``--protocol``; ``NAME:VALUE`` runs NAME with its ``LABEL_PARAM`` set
+to VALUE (the centralized baselines: ``central:lightgcn`` is ``--protocol central --model
+lightgcn``). Every protocol is set beside the non-private baseline it declares
+(:meth:`Protocol.central_baseline`), which is added to the list unless ``baselines=False``; the
+table gives the ratio of the two main metrics (each protocol declares its own,
+:meth:`Protocol.main_metric`).
 
 Per protocol the table (and ``comparison.json``, which holds every figure of the table) has: the
 main metric and its ratio to the baseline, bytes per round (by kind in a second table), total
@@ -18,76 +18,36 @@ attack was run, wall seconds (the rounds, and the start-up of its actors apart) 
 deployment seconds. A protocol that cannot run (it raises: the data lack ratings, a parameter
 does not fit, a host was lost) is listed with its one-line reason and the comparison goes on.
 
-``QUICK`` holds the small per-protocol settings of the main job (a couple of minutes on a
-2-core machine on the embedded synthetic data); the figures it gives are a demonstration of the
-product, not the protocols' accuracy (see benchmarks/RESULTS.md for that).
+The main job's small settings are each protocol's ``QUICK`` declaration: a demonstration of the
+product on the embedded synthetic data, not the protocols' accuracy (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import sys
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CENTRAL = "central"
+from engine.figures import fmt, fmt_bytes, is_inf, jsonable, main_metric, one_line
 
-# the protocols a comparison runs when none are named (their baselines are added)
-DEFAULT_PROTOCOLS: tuple[str, ...] = ("fedmf", "fedlightgcn", "dgrec", "verfedgnn", "dipsgnn")
-
-# the main job (`python launch.py`, `compare --quick`): rounds and parameters small enough for the
-# whole comparison to finish in about two minutes on a 2-core machine, synthetic data; evaluated
-# every few rounds so that the comparison plots have curves
-QUICK: dict[str, dict] = {
-    "fedmf": {"rounds": 30, "dim": 32, "eval_every": 5},
-    "central:bprmf": {"rounds": 30, "dim": 32, "lr": 0.01, "eval_every": 5},
-    # FedLightGCN: every user every round, fewer sampled negatives, 1024-bit blind-RSA keys and a
-    # faster server learning rate, so that four rounds learn something
-    "fedlightgcn": {
-        "rounds": 4,
-        "dim": 32,
-        "users_per_round": 0,
-        "negatives": 256,
-        "key_bits": 1024,
-        "lr_item": 0.05,
-        "eval_every": 1,
-    },
-    "central:lightgcn": {"rounds": 30, "dim": 32, "lr": 0.01, "eval_every": 5},
-    "dgrec": {"rounds": 3, "eval_every": 1},
-    # two parties, 1024-bit PSI keys, and the de-anonymization attack measured at the end
-    "verfedgnn": {
-        "rounds": 60,
-        "parties": 2,
-        "psi_key_bits": 1024,
-        "attack": True,
-        "eval_every": 20,
-    },
-    "central:gcn": {"rounds": 10, "eval_every": 2},
-    "dipsgnn": {"rounds": 2, "epochs": 2, "hidden_dim": 32, "user_dim": 16, "eval_every": 1},
-    "central:dipsgnn": {"rounds": 2, "dim": 32, "user_dim": 16, "eval_every": 1},
-}
-
-# for a baseline added to the list: the protocol parameters it takes over (protocol → central)
-_SHARED_WITH_BASELINE: dict[str, dict[str, str]] = {
-    "fedmf": {"dim": "dim"},
-    "dmf": {"dim": "dim"},
-    "fedlightgcn": {"dim": "dim", "layers": "layers"},
-    "fedpergnn": {"dim": "dim", "layers": "layers"},
-    "verfedgnn": {"dim": "dim", "layers": "layers", "thd": "thd", "activation": "activation"},
-    "dipsgnn": {
-        "hidden_dim": "dim",
-        "steps": "layers",
-        "user_dim": "user_dim",
-        "use_features": "use_features",
-        "features": "features",
-        "max_len": "max_len",
-        "train_fraction": "train_fraction",
-    },
-}
+__all__ = [
+    "CompareError",
+    "Entry",
+    "compare",
+    "fmt",
+    "fmt_bytes",
+    "jsonable",
+    "main_metric",
+    "one_line",
+    "parse_label",
+    "plan",
+    "render_markdown",
+    "render_text",
+]
 
 
 class CompareError(ValueError):
@@ -106,33 +66,37 @@ class Entry:
 
 
 def parse_label(label: str) -> tuple[str, dict]:
-    """``"fedmf"`` → ``("fedmf", {})``; ``"central:lightgcn"`` → ``("central", {"model": "lightgcn"})``."""
-    from protocols import PROTOCOLS
+    """``"fedmf"`` → ``("fedmf", {})``; ``"NAME:VALUE"`` → ``(NAME, {NAME's LABEL_PARAM: VALUE})``
+    (``"central:lightgcn"`` → ``("central", {"model": "lightgcn"})``); a class given by its import
+    path (``"pkg.module:Class"``) is one protocol."""
+    from protocols import is_import_path
 
-    name, colon, model = label.strip().partition(":")
-    if name not in PROTOCOLS:
-        raise CompareError(f"unknown protocol {name!r} (known: {', '.join(sorted(PROTOCOLS))})")
+    label = label.strip()
+    if is_import_path(label):
+        _protocol_class(label)
+        return label, {}
+    name, colon, value = label.partition(":")
+    cls = _protocol_class(name)
     if not colon:
         return name, {}
-    if name != CENTRAL or not model:
-        raise CompareError(f"{label!r}: only the central baselines take a model (central:MODEL)")
-    return name, {"model": model}
+    if cls.LABEL_PARAM is None or not value:
+        raise CompareError(f"{label!r}: {name} takes no NAME:VALUE label")
+    return name, {cls.LABEL_PARAM: value}
+
+
+def _protocol_class(name: str):
+    from protocols import get_protocol
+
+    try:
+        return get_protocol(name)
+    except ValueError as e:
+        raise CompareError(str(e)) from None
 
 
 def baseline_of(protocol: str, params: dict) -> str | None:
-    """The label of the non-private centralized baseline a protocol is measured against."""
-    if protocol in ("fedmf", "dmf"):
-        return "central:bprmf"
-    if protocol in ("fedlightgcn", "dgrec", "dlgnn"):
-        return "central:lightgcn"
-    if protocol == "fedpergnn":
-        backbone = params.get("backbone", "lightgcn")
-        return "central:lightgcn" if backbone == "lightgcn" else f"central:{backbone}"
-    if protocol == "verfedgnn":
-        return f"central:{params.get('gnn', 'gcn')}"
-    if protocol == "dipsgnn":
-        return "central:dipsgnn"
-    return None
+    """The label of the non-private centralized baseline a protocol is measured against, as the
+    protocol declares it."""
+    return _protocol_class(protocol).central_baseline(params)
 
 
 def plan(
@@ -146,18 +110,18 @@ def plan(
 ) -> list[Entry]:
     """The entries of a comparison: ``labels`` in order, then the missing baselines.
 
-    Rounds and parameters of an entry, later ones winning: ``default_rounds``, the ``QUICK``
-    settings (``quick=True``), ``per_label[label]`` (a ``rounds`` key and protocol parameters,
+    Rounds and parameters of an entry, later ones winning: ``default_rounds``, the protocol's
+    quick settings (``quick=True``; :meth:`Protocol.quick_settings`), ``per_label[label]`` (a ``rounds`` key and protocol parameters,
     e.g. from the ``[compare.<label>]`` tables of a config file), then ``rounds`` for every entry.
     An added baseline takes over the shape parameters of the protocol it serves (the embedding
-    size, the layers; :data:`_SHARED_WITH_BASELINE`) unless its own settings say otherwise."""
+    size, the layers; the protocol's ``BASELINE_SHARES``) unless its own settings say otherwise."""
     per_label = dict(per_label or {})
     entries: list[Entry] = []
     seen: set[str] = set()
 
     def make(label: str, added: bool, inherited: dict) -> Entry:
         protocol, params = parse_label(label)
-        settings = dict(QUICK.get(label, {})) if quick else {}
+        settings = _protocol_class(protocol).quick_settings(params) if quick else {}
         settings.update(per_label.get(label, {}))
         n = settings.pop("rounds", default_rounds)
         if rounds is not None:
@@ -182,9 +146,12 @@ def plan(
             if base is None or base in seen:
                 continue
             seen.add(base)
-            shared = _SHARED_WITH_BASELINE.get(e.protocol, {})
+            shared = _protocol_class(e.protocol).BASELINE_SHARES
             inherited = {dst: e.params[src] for src, dst in shared.items() if src in e.params}
-            if (quick and base in QUICK) or base in per_label:
+            base_name, base_params = parse_label(base)
+            if (quick and _protocol_class(base_name).quick_settings(base_params)) or (
+                base in per_label
+            ):
                 inherited = {}  # the baseline's own settings decide its shape
             entries.append(make(base, True, inherited))
     unknown = sorted(set(per_label) - seen)
@@ -269,12 +236,6 @@ def compare(
     return cmp_dir, comparison
 
 
-def one_line(exc: BaseException) -> str:
-    """``ConfigError: model: 'gcn' predicts ratings ...``: the exception's first line."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
 def _entry_record(e: Entry) -> dict:
     return {
         "label": e.label,
@@ -285,46 +246,15 @@ def _entry_record(e: Entry) -> dict:
     }
 
 
-def main_metric(metrics: dict) -> tuple[str | None, str | None]:
-    """(name, "higher" | "lower") of the figure a run is judged by, among ``metrics``' entries
-    that are not None: recall@20 (else the largest recall@k) for ranking, RMSE (a central rating
-    model's ``test_rmse``) for rating prediction; (None, None) without either."""
-    names = {k for k, v in metrics.items() if v is not None}
-    recalls = [k for k in names if k.startswith("recall@") and k[7:].isdigit()]
-    if recalls:
-        best = "recall@20" if "recall@20" in recalls else max(recalls, key=lambda k: int(k[7:]))
-        return best, "higher"
-    for name in ("rmse", "test_rmse"):
-        if name in names:
-            return name, "lower"
-    return None, None
-
-
 def paper_figure(privacy: dict) -> dict | None:
-    """The privacy figure the protocol's paper states, as the protocol reports it beside its
-    rigorous ε: ``{"value": x, "what": "..."}`` (None for protocols without one)."""
-    if "paper_stated_rdp" in privacy:  # DGREC
-        rdp = privacy["paper_stated_rdp"]
-        return {"value": rdp["epsilon"], "what": f"RDP ε at order {rdp['order']}"}
-    if "epsilon_per_coordinate_thesis" in privacy:  # FedPerGNN / FedLightGCN
-        return {
-            "value": privacy["epsilon_per_coordinate_thesis"],
-            "what": "ε per coordinate of an upload",
-        }
-    if "paper_delta_per_release" in privacy:  # VerFedGNN, ternary quantization
-        return {"value": privacy["paper_delta_per_release"], "what": "δ per release at ε = 0"}
-    if "epsilon_per_coordinate" in privacy:  # VerFedGNN, Laplace
-        return {"value": privacy["epsilon_per_coordinate"], "what": "ε per coordinate"}
-    if "epsilon2_claimed_per_epoch" in privacy:  # DIPSGNN, paper / authors_code calibration
-        return {"value": privacy["epsilon2_claimed_per_epoch"], "what": "ε2 per epoch, claimed"}
-    if "epsilon2_theorem_4_2_single_release" in privacy:  # DIPSGNN, aggregate
-        return {
-            "value": privacy["epsilon2_theorem_4_2_single_release"],
-            "what": "ε2 by Theorem 4.2, one release",
-        }
-    if "epsilon2_budget" in privacy:  # DIPSGNN
-        return {"value": privacy["epsilon2_budget"], "what": "ε2 budget"}
-    return None
+    """The privacy figure the protocol's paper states, from a summary's privacy record (its
+    ``paper_claim``, :class:`protocols.base.PaperClaim`): ``{"value": x, "what": "..."}``."""
+    privacy = privacy or {}
+    claim = privacy.get("paper_claim")
+    if claim:
+        return {"value": claim["value"], "what": claim["what"]}
+    budget = privacy.get("epsilon_budget")
+    return {"value": budget, "what": "ε budget (calibrated)"} if budget is not None else None
 
 
 def attack_figures(summary: dict) -> dict:
@@ -339,7 +269,7 @@ def protocol_row(summary: dict, seconds_total: float) -> dict:
     """The comparison's figures of one run, from its summary.json."""
     metrics = summary.get("metrics") or {}
     privacy = summary.get("privacy") or {}
-    name, better = main_metric(metrics)
+    name, better = main_metric(metrics, summary.get("main_metric"))
     rounds = max(1, int(summary["rounds"]))
     by_kind = summary.get("bytes_by_kind") or {}
     eps = privacy.get("epsilon")
@@ -409,59 +339,6 @@ def _plots(rows: list[dict], cmp_dir: Path) -> tuple[list[str], str | None]:
 
 
 # --- rendering ----------------------------------------------------------------------------------
-def _is_inf(x) -> bool:
-    return x == "inf" or (isinstance(x, float) and math.isinf(x))
-
-
-def jsonable(x):
-    """Valid JSON: ±inf as the strings "inf" / "-inf", NaN as null, numpy/torch scalars unwrapped."""
-    if isinstance(x, bool) or x is None or isinstance(x, (int, str)):
-        return x
-    if isinstance(x, float):
-        if math.isnan(x):
-            return None
-        if math.isinf(x):
-            return "inf" if x > 0 else "-inf"
-        return x
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return jsonable(dataclasses.asdict(x))
-    if hasattr(x, "item") and callable(x.item):
-        return jsonable(x.item())
-    return str(x)
-
-
-def fmt(x) -> str:
-    """A number as the table shows it (4 significant digits; "—" for none, "∞" for inf)."""
-    if x is None:
-        return "—"
-    if _is_inf(x):
-        return "∞"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, int):
-        return str(x)
-    if isinstance(x, float):
-        return f"{x:.4g}"
-    return str(x)
-
-
-def fmt_bytes(n, spec: str = ".1f") -> str:
-    """``n`` bytes in decimal units (kB = 1000 B): ``spec`` formats the number above 1000 B (".1f"
-    in the tables, ".3g" on plot axes); a count under 1000 is whole bytes; None is "—"."""
-    if n is None:
-        return "—"
-    n = float(n)
-    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
-        if abs(n) < 1000 or unit == "PB":
-            return f"{n:.0f} B" if unit == "B" else f"{n:{spec}} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
-
-
 def epsilon_cell(r: dict) -> str:
     if not r.get("private", True):
         return "none (non-private)"
@@ -590,12 +467,39 @@ def render_markdown(comparison: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# the terminal's table: what a reader needs first, in at most TEXT_WIDTH columns (comparison.md
+# keeps every column); (header, cell of a row, widest cell before it is cut with "…")
+TEXT_WIDTH = 120
+_TEXT_COLUMNS = (
+    ("protocol", lambda r: r["label"], 22),
+    ("main metric", lambda r: metric_cell(r) if r["status"] == "ok" else f"failed: {r['reason']}", 24),
+    ("× central", lambda r: _ratio_short(r), 9),
+    ("bytes/round", lambda r: fmt_bytes(r.get("bytes_per_round")), 11),
+    ("ε rigorous", lambda r: epsilon_cell(r) if r["status"] == "ok" else "—", 18),
+    ("ε paper", lambda r: fmt((r.get("epsilon_paper") or {}).get("value")), 8),
+    ("wall s", lambda r: fmt(r.get("wall_seconds")), 7),
+)
+
+
+def _ratio_short(r: dict) -> str:
+    if r.get("status") != "ok" or r.get("baseline") is None:
+        return "—"
+    return fmt(r["ratio"]) if r.get("ratio") is not None else "n/a"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def render_text(comparison: dict) -> str:
-    """The main table for the terminal."""
-    cols = list(COLUMNS)
-    rows = [table_row(r) for r in comparison["protocols"]]
-    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
-    out = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
-    out.append("  ".join("-" * w for w in widths))
-    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    """The main table for the terminal, at most :data:`TEXT_WIDTH` columns wide: protocol, main
+    metric, its ratio to the central baseline, bytes per round, rigorous ε, the paper's figure and
+    wall seconds; a failed protocol's reason is cut to its column (comparison.md has it whole,
+    with every column and the bytes by kind)."""
+    rows = comparison["protocols"]
+    cols = [(h, [_cut(cell(r), w) for r in rows]) for h, cell, w in _TEXT_COLUMNS]
+    widths = [max(len(h), *(len(c) for c in cells)) if cells else len(h) for h, cells in cols]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    out = [line([h for h, _ in cols]), line(["-" * w for w in widths])]
+    out += [line([cells[i] for _, cells in cols]) for i in range(len(rows))]
     return "\n".join(out)

@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
-from engine.compare import fmt_bytes, main_metric  # noqa: E402
+from engine.figures import fmt_bytes, is_number, main_metric  # noqa: E402
 
 SUMMARY_KEYS = (
     "protocol",
@@ -146,6 +146,13 @@ class RunReport:
 
 
 # --- what the rows say ---------------------------------------------------------------------------
+def privacy_row(report) -> dict:
+    """A :class:`protocols.base.PrivacyReport` as one metrics.jsonl row holds it: the numbers of
+    its details (:func:`privacy_scalars`) and its typed figures (``epsilon``, ``epsilon_budget``,
+    ``delta_spent``, ``paper_value``, ``paper_kind``, ``paper_what``, ``paper_composed``)."""
+    return {**privacy_scalars(report.details), **report.figures()}
+
+
 def privacy_scalars(privacy: dict) -> dict:
     """The numbers of ``protocol.privacy()`` for one metrics row: numeric entries, and those of
     nested dicts one level down as ``outer.inner`` (``paper_stated_rdp.epsilon``); text, flags
@@ -154,19 +161,11 @@ def privacy_scalars(privacy: dict) -> dict:
     for k, v in (privacy or {}).items():
         if isinstance(v, dict):
             for k2, v2 in v.items():
-                if _is_number(v2):
+                if is_number(v2):
                     out[f"{k}.{k2}"] = v2
-        elif _is_number(v):
+        elif is_number(v):
             out[k] = v
     return out
-
-
-def _is_number(x) -> bool:
-    if isinstance(x, bool):
-        return False
-    if isinstance(x, (int, float)):
-        return True
-    return hasattr(x, "item") and callable(x.item) and not hasattr(x, "__len__")
 
 
 def _num(x) -> float | None:
@@ -195,44 +194,25 @@ def _plotted_metric(rows: list[dict]) -> str | None:
     return name or (names[0] if names else None)
 
 
-# the figure each protocol's paper claims, beside the rigorous ε (keys of privacy_scalars)
-PAPER_EPSILON = (
-    ("epsilon_per_coordinate_thesis", "thesis: ε per coordinate of an upload"),  # FedPerGNN
-    ("paper_stated_rdp.epsilon", "paper: RDP ε at order {order}"),  # DGREC
-    ("epsilon2_claimed_per_epoch", "paper: ε2 per epoch, as claimed"),  # DIPSGNN, paper modes
-    ("epsilon2_theorem_4_2_single_release", "paper: ε2 by Thm 4.2, one release"),  # DIPSGNN
-    ("epsilon_per_coordinate", "paper: ε per coordinate"),  # VerFedGNN, Laplace
-)
-BUDGET_EPSILON = ("epsilon2_budget",)  # DIPSGNN
-# spent δ at ε = 0 (VerFedGNN, ternary quantization): rigorous and the paper's
-PAPER_DELTA = ("privacy_delta_spent", "paper_delta_composed")  # δ at ε = 0, spent so far
-
-
 def privacy_points(row: dict) -> dict:
-    """One row's privacy figures: ``epsilon`` (rigorous, spent so far), ``epsilon_paper`` and its
-    ``paper_label``, ``epsilon_budget``, and for a δ-spending mechanism ``delta`` /
-    ``delta_paper``; a figure the row lacks is None."""
+    """One row's privacy figures, as :meth:`protocols.base.PrivacyReport.figures` wrote them:
+    ``epsilon`` (rigorous, spent so far), ``epsilon_paper`` and its ``paper_label`` (the paper's
+    ε claim), ``epsilon_budget``, and for a mechanism that spends δ at ε = 0 ``delta`` (rigorous)
+    and ``delta_paper`` (the paper's, composed); a figure the row lacks is None."""
     p = row.get("privacy") or {}
     out = {
         "epsilon": _num(row.get("epsilon", p.get("epsilon"))),
         "epsilon_paper": None,
         "paper_label": None,
-        "epsilon_budget": None,
+        "epsilon_budget": _num(p.get("epsilon_budget")),
         "delta": None,
         "delta_paper": None,
     }
-    for key, label in PAPER_EPSILON:
-        if _num(p.get(key)) is not None:
-            out["epsilon_paper"] = _num(p[key])
-            order = _num(p.get("paper_stated_rdp.order"))
-            out["paper_label"] = label.replace("{order}", f"{order:g}" if order else "?")
-            break
-    for key in BUDGET_EPSILON:
-        if _num(p.get(key)) is not None:
-            out["epsilon_budget"] = _num(p[key])
-            break
-    if PAPER_DELTA[1] in p:
-        out["delta"], out["delta_paper"] = _num(p.get(PAPER_DELTA[0])), _num(p.get(PAPER_DELTA[1]))
+    if p.get("paper_kind") == "delta":
+        out["delta"], out["delta_paper"] = _num(p.get("delta_spent")), _num(p.get("paper_composed"))
+    elif _num(p.get("paper_value")) is not None:
+        out["epsilon_paper"] = _num(p["paper_value"])
+        out["paper_label"] = f"paper: {p.get('paper_what') or 'stated ε'}"
     return out
 
 

@@ -19,8 +19,9 @@ from cluster.message import role_of
 from cluster.runtime import start_or_join
 from data.types import RecDataset
 from engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from engine.compare import main_metric
-from engine.report import RunReport, _is_number, dataset_record, new_run_dir, privacy_scalars
+from engine.figures import is_number, main_metric
+from engine.loop import rounds
+from engine.report import RunReport, dataset_record, new_run_dir, privacy_row
 from models.baselines import trivial_baselines
 from nodes.conditions import Conditions
 from nodes.deployment import Deployment, HostLostError, NodeSpec, PlacementError, assign_hosts
@@ -104,7 +105,7 @@ def run(
     protocol, config, specs = plan.protocol, plan.config, plan.specs
     cluster = start_or_join(settings.address, status=_Status(settings))
     check_resources(settings, cluster)
-    run_dir = new_run_dir(settings.out, settings.protocol)
+    run_dir = new_run_dir(settings.out, plan.protocol.name)
     report = RunReport(run_dir)
     report.write_config(
         {
@@ -332,17 +333,18 @@ class _Status:
         tqdm.write(f"{where}: {text}", file=sys.stderr)
 
 
-def progress_postfix(train: dict, metrics: dict) -> dict[str, str]:
+def progress_postfix(train: dict, metrics: dict, declared=None) -> dict[str, str]:
     """The progress bar's figures: the round's training loss (``loss``, else the first figure
-    named like a loss) and the protocol's main metric (:func:`engine.compare.main_metric`:
-    recall@20 for ranking, RMSE for rating) from its latest evaluation, 4 significant digits."""
+    named like a loss) and the protocol's main metric (``declared``, its
+    :meth:`Protocol.main_metric`; else :func:`engine.figures.main_metric`'s guess) from its
+    latest evaluation, 4 significant digits."""
     out = {}
     losses = [k for k in train if k == "loss" or k.startswith("loss") or k.endswith("loss")]
     loss = "loss" if "loss" in losses else (losses[0] if losses else None)
-    if loss is not None and _is_number(train[loss]):
+    if loss is not None and is_number(train[loss]):
         out[loss] = f"{train[loss]:.4g}"
-    name, _ = main_metric(metrics)
-    if name is not None and _is_number(metrics[name]):
+    name, _ = main_metric(metrics, declared)
+    if name is not None and is_number(metrics[name]):
         out[name] = f"{metrics[name]:.4g}"
     return out
 
@@ -362,7 +364,6 @@ def _drive(
     faults = list(totals.get("faults", []))
     try:
         bar = tqdm(
-            range(start, settings.rounds),
             desc=settings.protocol,
             unit="round",
             initial=start,
@@ -370,33 +371,37 @@ def _drive(
             disable=not settings.progress,
         )
         status = dep.status = _Status(settings)
-        for rnd in bar:
-            current = rnd
-            status.round = rnd
-            t0 = time.perf_counter()
-            dep.begin_round(rnd)
-            train = protocol.run_round(dep, rnd)
+
+        def before_round(rnd: int) -> None:
+            nonlocal current
+            current = status.round = rnd
+
+        def evaluating(on: bool) -> None:
+            name = settings.protocol
+            bar.set_description_str(f"{name} (evaluating)" if on else name, refresh=on)
+
+        for res in rounds(
+            protocol, dep, settings.rounds, start=start, before_round=before_round,
+            evaluating=evaluating,
+        ):
+            rnd, train, stats = res.round, res.train, res.stats
             last = rnd == settings.rounds - 1
-            every = config.eval_every
-            evaluated = last or (every > 0 and (rnd + 1) % every == 0)
-            if evaluated:
-                bar.set_description_str(f"{settings.protocol} (evaluating)")
-                metrics = protocol.evaluate(dep, rnd)
-                bar.set_description_str(settings.protocol, refresh=False)
+            if res.evaluated:
+                metrics = res.metrics
             privacy = protocol.privacy()
-            stats = dep.round_stats()
             sim_total += stats["sim_seconds"]
             faults.extend(stats["faults"])
             row = {
                 "round": rnd,
                 "train": train,
-                "metrics": metrics if evaluated else {},
+                "metrics": metrics if res.evaluated else {},
                 "bytes": dep.ledger.total(round_=rnd),
                 "bytes_by_kind": dep.ledger.by_kind(round_=rnd),
                 "bytes_crossed": dep.ledger.crossed_total(round_=rnd),
-                "epsilon": privacy.get("epsilon"),
-                "privacy": privacy_scalars(privacy),  # the paper's claims beside ε, for the plots
-                "seconds": time.perf_counter() - t0,
+                "epsilon": privacy.epsilon,
+                # the typed figures (paper's claim, budget, δ spent) and the protocol's own numbers
+                "privacy": privacy_row(privacy),
+                "seconds": res.seconds,
                 "sim_seconds": stats["sim_seconds"],
                 "sim_elapsed": sim_total,
                 "dropped": len(stats["dropped"]),
@@ -405,7 +410,8 @@ def _drive(
                 "faults": stats["faults"],
             }
             report.add_round(row)
-            bar.set_postfix(progress_postfix(train, metrics))
+            bar.update(1)
+            bar.set_postfix(progress_postfix(train, metrics, protocol.main_metric()))
             every_ckpt = settings.checkpoint_every
             if every_ckpt and ((rnd + 1) % every_ckpt == 0 or last):
                 save_checkpoint(
@@ -439,7 +445,8 @@ def _drive(
             "bytes_eval": dep.ledger.eval_total(),
             "bytes_crossed": dep.ledger.crossed_total(),
             "messages": dep.ledger.messages(),
-            "privacy": protocol.privacy(),
+            "main_metric": dataclasses.asdict(protocol.main_metric()),
+            "privacy": protocol.privacy().as_dict(),
             "wall_seconds": wall,
             "sim_seconds": sim_total,
             "faults": faults,

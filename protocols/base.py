@@ -1,9 +1,17 @@
 """What every protocol gives the runner: its parameters, its nodes, and its round choreography.
 
 A protocol is a plain class: ``node_specs()`` says which participants exist and with what private
-data, ``shared()`` the typed records every host receives (the Config and the protocol's public values), ``run_round`` drives one round
-as supersteps of a :class:`nodes.deployment.Deployment` and returns training figures,
-``evaluate`` returns accuracy figures, and ``privacy`` the privacy spent so far.
+data, ``shared()`` the typed records every host receives (the Config and the protocol's public
+values), ``run_round`` drives one round as supersteps of a :class:`nodes.deployment.Deployment`
+and returns training figures, ``evaluate`` returns accuracy figures, and ``privacy`` the privacy
+spent so far as a :class:`PrivacyReport`.
+
+Beside that behaviour a protocol *declares* what the engine, comparisons and reports need to know
+of it, so that the engine never names a protocol: its main metric (:meth:`Protocol.main_metric`),
+its central non-private baseline (:meth:`Protocol.central_baseline` and
+``BASELINE_SHARES``), its settings for the main job (``QUICK``), the parameter a label suffix
+sets (``LABEL_PARAM``: ``central:lightgcn``) and its papers' figures (``PAPER``). A protocol
+outside this repository is the same kind of class (see docs/writing-a-protocol.md).
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 import warnings
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -146,9 +155,157 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
     return value
 
 
+@dataclasses.dataclass(frozen=True)
+class MainMetric:
+    """The figure a run is judged by: a metric's name as ``evaluate`` reports it and which way is
+    better (``"higher"`` for Recall@K, ``"lower"`` for RMSE)."""
+
+    name: str
+    better: str = "higher"
+
+    def __post_init__(self):
+        if self.better not in ("higher", "lower"):
+            raise ValueError(f"better must be 'higher' or 'lower', got {self.better!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PaperClaim:
+    """The privacy figure a protocol's paper states, reported beside the rigorous one.
+
+    ``kind`` says what ``value`` is: ``"epsilon"`` (an ε, e.g. per coordinate or per epoch),
+    ``"delta"`` (a δ per release at ε = 0; ``composed`` is that δ over the releases made).
+    ``what`` is the paper's wording ("RDP ε at order 1.5")."""
+
+    value: float
+    what: str
+    kind: str = "epsilon"
+    composed: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacyReport(Mapping):
+    """The privacy a run has spent so far, as :meth:`Protocol.privacy` returns it.
+
+    ``mechanism``: what protects the data ("none" for a non-private protocol, "" when the protocol
+    applies no DP mechanism but is not a centralised baseline either). ``epsilon``: the rigorous ε
+    at ``delta`` proved by the accountant for the rounds run (``inf``: no finite guarantee; None:
+    not a DP protocol). ``delta_spent``: for mechanisms that spend δ at ε = 0, the rigorous δ so
+    far. ``budget``: the ε the run was calibrated to, where there is one. ``paper``: the figure
+    the paper states (:class:`PaperClaim`). ``attacks``: attack results measured on the run
+    (name → figure). ``details``: the protocol's own figures (per element, per vector,
+    sensitivities, the accountant's tables), written to summary.json as they are.
+
+    A PrivacyReport reads as the flat mapping summary.json holds (``report["epsilon"]``,
+    ``report["privacy_delta"]``, the details' keys), so a reader of summary.json and a reader of
+    the object see the same names."""
+
+    mechanism: str = ""
+    epsilon: float | None = None
+    delta: float | None = None
+    delta_spent: float | None = None
+    budget: float | None = None
+    paper: PaperClaim | None = None
+    attacks: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    details: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def private(self) -> bool:
+        """Whether the protocol applies a privacy mechanism at all."""
+        return self.mechanism != "none"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The flat record of summary.json: the details, then the typed figures."""
+        out: dict[str, Any] = dict(self.details)
+        if self.mechanism:
+            out["mechanism"] = self.mechanism
+        if self.epsilon is not None:
+            out["epsilon"] = self.epsilon
+        if self.delta is not None:
+            out["privacy_delta"] = self.delta
+        if self.delta_spent is not None:
+            out["privacy_delta_spent"] = self.delta_spent
+        if self.budget is not None:
+            out["epsilon_budget"] = self.budget
+        if self.paper is not None:
+            out["paper_claim"] = dataclasses.asdict(self.paper)
+        if self.attacks:
+            out["attacks"] = dict(sorted(self.attacks.items()))
+        return out
+
+    def figures(self) -> dict[str, Any]:
+        """The typed figures of one metrics.jsonl row (what the plots and the comparison read):
+        ``epsilon``, ``epsilon_budget``, ``delta_spent``, and the paper's claim as
+        ``paper_value`` / ``paper_kind`` / ``paper_what`` / ``paper_composed``."""
+        p = self.paper
+        return {
+            "epsilon": self.epsilon,
+            "epsilon_budget": self.budget,
+            "delta_spent": self.delta_spent,
+            "paper_value": p.value if p else None,
+            "paper_kind": p.kind if p else None,
+            "paper_what": p.what if p else None,
+            "paper_composed": p.composed if p else None,
+        }
+
+    def __getitem__(self, key: str) -> Any:
+        return self.as_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.as_dict())
+
+    def __len__(self) -> int:
+        return len(self.as_dict())
+
+
+NOT_PRIVATE = PrivacyReport()  # a protocol without a privacy mechanism (the default)
+
+
+@dataclasses.dataclass(frozen=True)
+class PaperFigure:
+    """A figure of a protocol's paper: what the method reaches (``method``: metric → value as
+    printed) on the paper's dataset (``on``), and the figure of the baseline that stands where our
+    central baseline stands (``baselines``: our label → (the paper's name, metric → value)).
+    ``percent``: the paper prints ranking figures in percent (9.68 for 0.0968)."""
+
+    on: str
+    method: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    baselines: Mapping[str, tuple[str, Mapping[str, float]]] = dataclasses.field(
+        default_factory=dict
+    )
+    percent: bool = False
+    source: str = ""
+
+
 class Protocol:
+    """A protocol's behaviour (``node_specs``, ``shared``, ``run_round``, ``evaluate``,
+    ``privacy``) and its declarations (the class attributes and classmethods below)."""
+
     name: ClassVar[str]
     Config: ClassVar[type[ProtocolConfig]] = ProtocolConfig
+
+    # --- declarations ---------------------------------------------------------------------------
+    # the rounds and parameters of the main job (`python launch.py`, `compare --quick`): small
+    # enough for the whole comparison to take a couple of minutes on a 2-core machine
+    QUICK: ClassVar[dict[str, Any]] = {}
+    # for a central baseline added to a comparison: this protocol's parameters it takes over
+    # (this protocol's name -> the baseline's name), so that both have the same shape
+    BASELINE_SHARES: ClassVar[dict[str, str]] = {}
+    # the parameter that a label's suffix sets: "NAME:VALUE" runs NAME with LABEL_PARAM = VALUE
+    LABEL_PARAM: ClassVar[str | None] = None
+    # the figures of the protocol's paper that `benchmarks.reproduce` sets beside ours
+    PAPER: ClassVar[PaperFigure | None] = None
+
+    @classmethod
+    def central_baseline(cls, params: Mapping[str, Any]) -> str | None:
+        """The label of the non-private centralized baseline this protocol is measured against
+        (``"central:lightgcn"``), given its parameters; None when it has none."""
+        return None
+
+    @classmethod
+    def quick_settings(cls, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The main job's rounds and parameters for this protocol with ``params`` (a label's
+        parameter included): ``QUICK`` unless the protocol says otherwise."""
+        return dict(cls.QUICK)
 
     def __init__(self, dataset: RecDataset, config: ProtocolConfig, seed: int):
         self.dataset = dataset
@@ -170,8 +327,13 @@ class Protocol:
     def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:
         raise NotImplementedError
 
-    def privacy(self) -> dict:
-        return {}
+    def privacy(self) -> PrivacyReport:
+        return NOT_PRIVATE
+
+    def main_metric(self) -> MainMetric:
+        """The figure this run is judged by: Recall@K (K = ``eval_k``) by default; a rating
+        protocol says RMSE."""
+        return MainMetric(f"recall@{self.config.eval_k}", "higher")
 
 
 def field_docs(cls: type) -> dict[str, str]:

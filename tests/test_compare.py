@@ -10,7 +10,6 @@ import pytest
 
 import launch
 from engine.compare import (
-    QUICK,
     CompareError,
     baseline_of,
     fmt,
@@ -48,7 +47,7 @@ def test_labels_and_baselines():
     assert parse_label("central:lightgcn") == ("central", {"model": "lightgcn"})
     with pytest.raises(CompareError, match="nope"):
         parse_label("nope")
-    with pytest.raises(CompareError, match="central:MODEL"):
+    with pytest.raises(CompareError, match="NAME:VALUE"):
         parse_label("dgrec:lightgcn")
     assert baseline_of("fedmf", {}) == baseline_of("dmf", {}) == "central:bprmf"
     assert baseline_of("fedlightgcn", {}) == baseline_of("dgrec", {}) == "central:lightgcn"
@@ -58,12 +57,15 @@ def test_labels_and_baselines():
     assert baseline_of("dipsgnn", {}) == "central:dipsgnn"
     assert baseline_of("central", {"model": "lightgcn"}) is None
     # every baseline named is a model protocols/central has
+    from protocols import get_protocol, protocol_names
     from protocols.central.config import MODEL_DEFAULTS
 
-    for label in QUICK:
-        protocol, params = parse_label(label)
-        if protocol == "central":
-            assert params["model"] in MODEL_DEFAULTS
+    for name in protocol_names():
+        for variant in ({}, {"backbone": "gat"}, {"gnn": "ggnn"}):
+            base = get_protocol(name).central_baseline(variant)
+            if base is not None:
+                protocol, params = parse_label(base)
+                assert protocol == "central" and params["model"] in MODEL_DEFAULTS
 
 
 def test_plan_adds_baselines_once_and_layers_settings():
@@ -92,9 +94,13 @@ def test_plan_adds_baselines_once_and_layers_settings():
     # a baseline the user named is not added twice, and keeps its own place
     assert [e.label for e in plan(["central:gcn", "verfedgnn"])] == ["central:gcn", "verfedgnn"]
     assert [e.label for e in plan(["dgrec"], baselines=False)] == ["dgrec"]
+    from protocols.central.protocol import Central
+    from protocols.dipsgnn.protocol import DIPSGNNProtocol
+
     quick = {e.label: e for e in plan(["fedmf", "dipsgnn"], quick=True)}
-    assert quick["dipsgnn"].rounds == QUICK["dipsgnn"]["rounds"]
-    assert quick["central:dipsgnn"].params["dim"] == QUICK["central:dipsgnn"]["dim"]
+    assert quick["dipsgnn"].rounds == DIPSGNNProtocol.QUICK["rounds"]
+    want = Central.quick_settings({"model": "dipsgnn"})["dim"]
+    assert quick["central:dipsgnn"].params["dim"] == want
     with pytest.raises(CompareError, match="twice"):
         plan(["fedmf", "fedmf"])
     with pytest.raises(CompareError, match="not in the comparison"):
@@ -109,9 +115,20 @@ def test_main_metric_and_paper_figures():
     assert main_metric({"recall@5": 0.1, "recall@10": 0.2}) == ("recall@10", "higher")
     assert main_metric({"rmse": 0.9, "test_rmse": 0.9}) == ("rmse", "lower")
     assert main_metric({}) == (None, None)
-    assert paper_figure({"paper_stated_rdp": {"order": 1.5, "epsilon": 0.54}})["value"] == 0.54
-    assert paper_figure({"epsilon_per_coordinate_thesis": 100.0})["value"] == 100.0
-    assert paper_figure({"paper_delta_per_release": 1 / 3})["what"].startswith("δ")
+    # a protocol's declared main metric wins over the guess when the metrics have it
+    assert main_metric({"rmse": 0.9, "mae": 0.7}, {"name": "mae", "better": "lower"}) == (
+        "mae",
+        "lower",
+    )
+    assert main_metric({"rmse": 0.9}, {"name": "mae", "better": "lower"}) == ("rmse", "lower")
+    # the paper's figure is the PrivacyReport's typed claim, whatever the protocol
+    from protocols.base import PaperClaim, PrivacyReport
+
+    claim = PrivacyReport(epsilon=3.0, paper=PaperClaim(0.54, "RDP ε at order 1.5")).as_dict()
+    assert paper_figure(claim) == {"value": 0.54, "what": "RDP ε at order 1.5"}
+    delta = PrivacyReport(paper=PaperClaim(1 / 3, "δ per release at ε = 0", kind="delta"))
+    assert paper_figure(delta.as_dict())["what"].startswith("δ")
+    assert paper_figure(PrivacyReport(budget=2.0).as_dict())["value"] == 2.0
     assert paper_figure({"epsilon": 1.0}) is None
 
 

@@ -7,13 +7,16 @@ import math
 import pytest
 
 from benchmarks.run_report import RunDirError, summarize
+from protocols.base import PaperClaim, PrivacyReport
 from engine.report import (
     RunReport,
     _plotted_metric,
     plot_comparison,
     plot_run,
     privacy_points,
+    privacy_row,
     privacy_scalars,
+    read_rows,
 )
 
 
@@ -65,13 +68,20 @@ def plot_rows(rounds=5, eps=None, paper=None, metric="recall@20", bytes_per_roun
     """Rows as the runner writes them: a loss every round, one evaluation (the last round)."""
     rows = []
     for rnd in range(rounds):
-        privacy = {}
+        privacy = PrivacyReport()
         if eps is not None:
-            privacy = {"epsilon": eps * (rnd + 1), "epsilon_per_coordinate_thesis": paper}
+            claim = PaperClaim(paper, "ε per coordinate") if paper is not None else None
+            privacy = PrivacyReport("laplace", eps * (rnd + 1), paper=claim)
         if delta is not None:
-            privacy = {"epsilon": math.inf, "privacy_delta": 1e-5}
-            privacy["privacy_delta_spent"] = min(1.0, delta * (rnd + 1))
-            privacy["paper_delta_composed"] = min(1.0, delta / 2 * (rnd + 1))
+            privacy = PrivacyReport(
+                "ternary",
+                math.inf,
+                1e-5,
+                delta_spent=min(1.0, delta * (rnd + 1)),
+                paper=PaperClaim(
+                    delta / 2, "δ per release", kind="delta", composed=min(1.0, delta / 2 * (rnd + 1))
+                ),
+            )
         rows.append(
             {
                 "round": rnd,
@@ -83,8 +93,8 @@ def plot_rows(rounds=5, eps=None, paper=None, metric="recall@20", bytes_per_roun
                     if bytes_per_round
                     else {}
                 ),
-                "epsilon": privacy.get("epsilon"),
-                "privacy": privacy_scalars(privacy),
+                "epsilon": privacy.epsilon,
+                "privacy": privacy_row(privacy),
                 "sim_elapsed": 0.5 * (rnd + 1),
                 "dropped": 0,
                 "late": 0,
@@ -126,10 +136,11 @@ def test_privacy_points_read_the_rigorous_and_the_paper_figures():
     rows = plot_rows(eps=2.0, paper=0.5)
     assert privacy_points(rows[1])["epsilon"] == 4.0
     assert privacy_points(rows[1])["epsilon_paper"] == 0.5
-    dgrec = {"epsilon": 9.0, "paper_stated_rdp": {"order": 1.5, "epsilon": 0.54}, "mechanism": "x"}
-    flat = privacy_scalars(dgrec)
+    details = {"epsilon": 9.0, "paper_stated_rdp": {"order": 1.5, "epsilon": 0.54}, "mechanism": "x"}
+    flat = privacy_scalars(details)
     assert flat == {"epsilon": 9.0, "paper_stated_rdp.order": 1.5, "paper_stated_rdp.epsilon": 0.54}
-    pts = privacy_points({"epsilon": 9.0, "privacy": flat})
+    report = PrivacyReport("onebit", 9.0, paper=PaperClaim(0.54, "RDP ε at order 1.5"))
+    pts = privacy_points({"epsilon": 9.0, "privacy": privacy_row(report)})
     assert pts["epsilon_paper"] == 0.54 and "order 1.5" in pts["paper_label"]
     # an older row with only "epsilon", an infinite ε stored as null: no figures, no crash
     assert privacy_points({"epsilon": None})["epsilon"] is None
@@ -171,7 +182,7 @@ def test_a_private_run_records_per_round_privacy_and_plots_it(ray_local, tmp_pat
         protocol="dgrec", rounds=2, out=str(tmp_path), params={"eval_every": 0}, progress=False
     )
     run_dir, summary = run(settings, synthetic(n_users=30, n_items=50, seed=2))
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_rows(run_dir)
     assert [r["privacy"]["epsilon"] for r in rows] == [r["epsilon"] for r in rows]
     assert 0 < rows[0]["epsilon"] < rows[-1]["epsilon"] == summary["privacy"]["epsilon"]
     paper = summary["privacy"]["paper_stated_rdp"]["epsilon"]

@@ -33,17 +33,37 @@ from __future__ import annotations
 
 from cluster.message import node_id
 from data.types import RecDataset
+from models.central import RATING, TASK_OF_MODEL
 from nodes.deployment import Deployment, NodeSpec, mean_reports
-from protocols.base import Protocol
+from protocols.base import MainMetric, PrivacyReport, Protocol
 from protocols.central.config import CentralConfig, check_fits
 from protocols.central.roles import Curator
 
 CURATOR = node_id("curator", 0)
 
 
+# the main job's settings per model (`central:MODEL` beside the protocol it is the baseline of)
+QUICK_BY_MODEL: dict[str, dict] = {
+    "bprmf": {"rounds": 30, "dim": 32, "lr": 0.01, "eval_every": 5},
+    "lightgcn": {"rounds": 30, "dim": 32, "lr": 0.01, "eval_every": 5},
+    "gcn": {"rounds": 10, "eval_every": 2},
+    "dipsgnn": {"rounds": 2, "dim": 32, "user_dim": 16, "eval_every": 1},
+}
+
+
 class Central(Protocol):
     name = "central"
     Config = CentralConfig
+    LABEL_PARAM = "model"  # central:lightgcn is --protocol central --model lightgcn
+
+    @classmethod
+    def quick_settings(cls, params) -> dict:
+        return dict(QUICK_BY_MODEL.get(params.get("model", CentralConfig.model), {}))
+
+    def main_metric(self) -> MainMetric:
+        if TASK_OF_MODEL[self.config.model] == RATING:
+            return MainMetric("rmse", "lower")
+        return MainMetric(f"recall@{self.config.eval_k}", "higher")
 
     def __init__(self, dataset: RecDataset, config: CentralConfig, seed: int):
         super().__init__(dataset, config, seed)
@@ -62,10 +82,12 @@ class Central(Protocol):
         res = dep.superstep(round_, "eval", activate=[CURATOR])
         return mean_reports(res.reports)
 
-    def privacy(self) -> dict:
-        return {
-            "mechanism": "none",
-            "epsilon": float("inf"),
-            "note": "non-private baseline: one curator holds all training data; no protocol "
-            "messages are exchanged (0 bytes on the ledger)",
-        }
+    def privacy(self) -> PrivacyReport:
+        return PrivacyReport(
+            mechanism="none",
+            epsilon=float("inf"),
+            details={
+                "note": "non-private baseline: one curator holds all training data; no protocol "
+                "messages are exchanged (0 bytes on the ledger)"
+            },
+        )

@@ -125,7 +125,8 @@ class DGRECConfig(ProtocolConfig):
             lr *= max(0.0, 1.0 - (t - self.lr_cooldown_at) / self.lr_cooldown_rounds)
         return lr
 
-    def laplace_lambda(self) -> float:
+    def resolved_laplace_scale(self) -> float:
+        """λ of ``mechanism = "laplace"``: ``laplace_scale``, or 2δ/β when it is 0."""
         return self.laplace_scale if self.laplace_scale > 0 else 2 * self.clip / self.beta
 
 
@@ -140,4 +141,4 @@ class DGRECPublic:
     n_tags: int
     item_tags: sp.csr_matrix  # [n_items, n_tags], the public catalogue
     seed_probability: float  # expected seeds per round / #users (Algorithm 1)
-    laplace_lambda: float
+    laplace_scale: float  # λ of mechanism = "laplace" (resolved: never 0)

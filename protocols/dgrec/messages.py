@@ -50,7 +50,7 @@ def decode_share(payload: bytes) -> list[tuple[int, bytes]]:
 def encode_gradient(
     grad: torch.Tensor,
     config,
-    laplace_lambda: float,
+    laplace_scale: float,
     rng: np.random.Generator,
     torch_generator: Callable[[], torch.Generator],
 ) -> bytes:
@@ -63,7 +63,7 @@ def encode_gradient(
         return wire.encode_signs(encode_onebit(grad, c.clip, c.beta, torch_generator()))
     if c.mechanism == "laplace":
         clipped = grad.clamp(-c.clip, c.clip).numpy().astype(np.float64)
-        noisy = clipped + rng.laplace(0.0, laplace_lambda, size=clipped.shape)
+        noisy = clipped + rng.laplace(0.0, laplace_scale, size=clipped.shape)
         return wire.encode_dense(noisy.astype(np.float32))
     return wire.encode_dense(grad.numpy())
 

@@ -102,7 +102,8 @@ from privacy.accountant import (
     randomized_response_event,
     rdp_of_randomized_response,
 )
-from protocols.base import Protocol
+from privacy.ldp import laplace_epsilon_per_coordinate
+from protocols.base import PaperClaim, PaperFigure, PrivacyReport, Protocol
 from protocols.dgrec.config import PAPER_RDP, DGRECConfig, DGRECPublic
 from protocols.dgrec.roles import DGRECUser
 from protocols.dgrec.sampling import worst_case_bits
@@ -111,6 +112,20 @@ from protocols.dgrec.sampling import worst_case_bits
 class DGREC(Protocol):
     name = "dgrec"
     Config = DGRECConfig
+    QUICK = {"rounds": 3, "eval_every": 1}
+    # Zheng et al., CIKM 2023, Book-Crossing, Recall@20 / NDCG@20 in percent, beside LightGCN
+    # (benchmarks/RESULTS.md, DGREC section: "9.68 vs 9.94")
+    PAPER = PaperFigure(
+        on="Book-Crossing",
+        percent=True,
+        method={"recall@20": 9.68, "ndcg@20": 5.13},
+        baselines={"central:lightgcn": ("LightGCN", {"recall@20": 9.94, "ndcg@20": 5.49})},
+        source="Zheng et al., CIKM 2023, main table",
+    )
+
+    @classmethod
+    def central_baseline(cls, params) -> str:
+        return "central:lightgcn"  # LightGCN on the whole interaction graph
 
     def __init__(self, dataset: RecDataset, config: DGRECConfig, seed: int):
         super().__init__(dataset, config, seed)
@@ -135,7 +150,7 @@ class DGREC(Protocol):
             n_tags=int(item_tags.shape[1]),
             item_tags=item_tags,
             seed_probability=min(1.0, config.neighbourhoods / max(1, len(self.users))),
-            laplace_lambda=config.laplace_lambda(),
+            laplace_scale=config.resolved_laplace_scale(),
         )
         self.n_s = n_shared(config, self.public)
         self.accountant = PrivacyAccountant(delta=config.privacy_delta)
@@ -231,7 +246,7 @@ class DGREC(Protocol):
         if c.mechanism == "onebit":  # n_s elements, each binary RR with ε = β
             event = dp_event.SelfComposedDpEvent(randomized_response_event(c.beta), self.n_s)
         elif c.mechanism == "laplace":
-            event = laplace_vector_event(c.clip, c.laplace_lambda(), self.n_s)
+            event = laplace_vector_event(c.clip, c.resolved_laplace_scale(), self.n_s)
         else:
             event = dp_event.NonPrivateDpEvent()
         self.accountant.spend(members, event, f"{c.mechanism}-share")
@@ -245,31 +260,32 @@ class DGREC(Protocol):
         res = dep.superstep(round_, "eval", activate=["user"])
         return {**out, **mean_reports(res.reports)}
 
-    def privacy(self) -> dict:
+    def privacy(self) -> PrivacyReport:
+        """The worst user's ε composed over the shares it made (at ``privacy_delta``), beside
+        the paper's stated RDP figure for the one-bit encoder; per element ε = β (eq. 5)."""
         c = self.config
-        out = {
-            "mechanism": c.mechanism,
-            "n_s": self.n_s,
-            "privacy_delta": c.privacy_delta,
-            "shares_max": 0,
-            "users_sharing": self.accountant.n_units,
-        }
+        details = {"n_s": self.n_s, "shares_max": 0, "users_sharing": self.accountant.n_units}
+        epsilon = 0.0
         if self.accountant.n_units:
             summary = self.accountant.summary()
-            label = summary["labels"][f"{c.mechanism}-share"]
-            out["shares_max"] = label["max_count"]
-            out["epsilon"] = summary[
-                "worst_epsilon"
-            ]  # composed over the shares, at `privacy_delta`
-            out["epsilon_bound"] = summary["bound"]
-        else:
-            out["epsilon"] = 0.0
+            details["shares_max"] = summary["labels"][f"{c.mechanism}-share"]["max_count"]
+            epsilon = summary["worst_epsilon"]  # composed over the shares, at `privacy_delta`
+            details["epsilon_bound"] = summary["bound"]
+        paper = None
         if c.mechanism == "onebit":
-            out["epsilon_per_element"] = c.beta
-            out["epsilon_per_vector"] = self.n_s * c.beta
-            out["rdp_per_element_order_1.5"] = rdp_of_randomized_response(c.beta, 1.5)
-            out["paper_stated_rdp"] = {"order": PAPER_RDP[0], "epsilon": PAPER_RDP[1]}
+            details["epsilon_per_element"] = c.beta
+            details["epsilon_per_vector"] = self.n_s * c.beta
+            details["rdp_per_element_order_1.5"] = rdp_of_randomized_response(c.beta, 1.5)
+            details["paper_stated_rdp"] = {"order": PAPER_RDP[0], "epsilon": PAPER_RDP[1]}
+            paper = PaperClaim(PAPER_RDP[1], f"RDP ε at order {PAPER_RDP[0]:g}")
         elif c.mechanism == "laplace":
-            out["epsilon_per_element"] = 2 * c.clip / c.laplace_lambda()
-            out["epsilon_per_vector"] = self.n_s * 2 * c.clip / c.laplace_lambda()
-        return out
+            per = laplace_epsilon_per_coordinate(c.clip, c.resolved_laplace_scale())
+            details["epsilon_per_element"] = per
+            details["epsilon_per_vector"] = self.n_s * per
+        return PrivacyReport(
+            mechanism=c.mechanism,
+            epsilon=epsilon,
+            delta=c.privacy_delta,
+            paper=paper,
+            details=details,
+        )

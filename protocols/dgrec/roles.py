@@ -271,7 +271,7 @@ class DGRECUser(Node):
         """Gossip step 1: encode the local gradient (eq. 5) and send it to the tree neighbours."""
         self.children.sort()
         encoded = encode_gradient(
-            grad, self.config, self.public.laplace_lambda, self.rng, self.torch_generator
+            grad, self.config, self.public.laplace_scale, self.rng, self.torch_generator
         )
         self.held = {self.index: encoded}
         self.loss_value = loss

@@ -92,7 +92,7 @@ from privacy.calibration import (
     theorem_4_2_epsilon,
 )
 from privacy.feature_perturbation import feature_vector_layout, feature_vector_length
-from protocols.base import ConfigError, Protocol, require
+from protocols.base import ConfigError, PaperClaim, PaperFigure, PrivacyReport, Protocol, require
 from protocols.dipsgnn.config import SERVER, DIPSGNNConfig, DIPSGNNPublic
 from protocols.dipsgnn.dpsgd import dpsgd_steps_per_epoch
 from protocols.dipsgnn.roles import DIPSGNNServer, DIPSGNNUser
@@ -103,6 +103,28 @@ __all__ = ["DIPSGNNProtocol", "pooled_interactions"]
 class DIPSGNNProtocol(Protocol):
     name = "dipsgnn"
     Config = DIPSGNNConfig
+    QUICK = {"rounds": 2, "epochs": 2, "hidden_dim": 32, "user_dim": 16, "eval_every": 1}
+    BASELINE_SHARES = {
+        "hidden_dim": "dim",
+        "steps": "layers",
+        "user_dim": "user_dim",
+        "use_features": "use_features",
+        "features": "features",
+        "max_len": "max_len",
+        "train_fraction": "train_fraction",
+    }
+    # Hu & Fang, ML-1M Recall@20 in percent, beside APGNN (benchmarks/RESULTS.md, DIPSGNN)
+    PAPER = PaperFigure(
+        on="ML-1M",
+        percent=True,
+        method={"recall@20": 21.13},
+        baselines={"dipsgnn nonprivate": ("APGNN", {"recall@20": 21.26})},
+        source="Hu & Fang, main table",
+    )
+
+    @classmethod
+    def central_baseline(cls, params) -> str:
+        return "central:dipsgnn"  # the same network without noise, clean features
 
     def __init__(self, dataset: RecDataset, config: DIPSGNNConfig, seed: int):
         super().__init__(dataset, config, seed)
@@ -319,10 +341,29 @@ class DIPSGNNProtocol(Protocol):
             "epsilon2_spent": eps,
         }
 
-    def privacy(self) -> dict:
+    def privacy(self) -> PrivacyReport:
+        """The worst user's (ε2, δ) so far beside the paper's claim (ε2 per epoch in the paper
+        modes, Theorem 4.2's closed form for one release in the aggregate mechanism) and the
+        budget the run was calibrated to."""
+        figures = self.dpsgd_privacy() if self.config.mechanism == "dpsgd" else self._privacy()
+        paper = None
+        if "epsilon2_claimed_per_epoch" in figures:
+            paper = PaperClaim(figures["epsilon2_claimed_per_epoch"], "ε2 per epoch, claimed")
+        elif "epsilon2_theorem_4_2_single_release" in figures:
+            paper = PaperClaim(
+                figures["epsilon2_theorem_4_2_single_release"], "ε2 by Theorem 4.2, one release"
+            )
+        return PrivacyReport(
+            mechanism=figures.pop("mechanism"),
+            epsilon=figures.pop("epsilon"),
+            delta=figures.pop("privacy_delta"),
+            budget=figures.get("epsilon2_budget"),
+            paper=paper,
+            details=figures,
+        )
+
+    def _privacy(self) -> dict:
         c = self.config
-        if c.mechanism == "dpsgd":
-            return self.dpsgd_privacy()
         spent = self._most_releases()
         eps = self.accountant.worst_epsilon()  # the worst user's (ε2, δ) so far
         out = {

@@ -28,3 +28,5 @@ class DLGNN(DGREC):
 
     name = "dlgnn"
     Config = DLGNNConfig
+    QUICK = {}  # not in the main job
+    PAPER = None  # a baseline of DGREC's paper, not a paper of its own

@@ -45,6 +45,11 @@ from protocols.dmf.roles import DMFUser
 class DMF(Protocol):
     name = "dmf"
     Config = DMFConfig
+    BASELINE_SHARES = {"dim": "dim"}
+
+    @classmethod
+    def central_baseline(cls, params) -> str:
+        return "central:bprmf"  # BPR-MF trained on all the data in one place
 
     def __init__(self, dataset: RecDataset, config: DMFConfig, seed: int):
         super().__init__(dataset, config, seed)

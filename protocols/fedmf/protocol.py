@@ -39,6 +39,12 @@ from protocols.fedmf.roles import SERVER, FedMFServer, FedMFUser
 class FedMF(Protocol):
     name = "fedmf"
     Config = FedMFConfig
+    QUICK = {"rounds": 30, "dim": 32, "eval_every": 5}
+    BASELINE_SHARES = {"dim": "dim"}
+
+    @classmethod
+    def central_baseline(cls, params) -> str:
+        return "central:bprmf"  # BPR-MF trained on all the data in one place
 
     def __init__(self, dataset: RecDataset, config: FedMFConfig, seed: int):
         super().__init__(dataset, config, seed)

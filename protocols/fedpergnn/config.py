@@ -12,7 +12,11 @@ from protocols.base import ProtocolConfig, require
 
 @dataclasses.dataclass
 class FedPerGNNConfig(ProtocolConfig):
-    ALIASES: ClassVar[dict[str, str]] = {"reg": "l2", "keyservers": "key_servers"}
+    ALIASES: ClassVar[dict[str, str]] = {
+        "reg": "l2",
+        "keyservers": "key_servers",
+        "laplace": "laplace_scale",
+    }
 
     backbone: str = "lightgcn"  # lightgcn (FedLightGCN) | gat (FedPerGNN, rating prediction)
     dim: int = 64  # d
@@ -25,7 +29,7 @@ class FedPerGNNConfig(ProtocolConfig):
     user_steps: int = 1  # local SGD steps on e_u per participation (LightGCN backbone)
     l2: float = 1e-3  # α
     clip: float = 5e-4  # δ
-    laplace: float = 1e-5  # λ (0: no noise)
+    laplace_scale: float = 1e-5  # λ of the Laplace noise (0: no noise)
     # where the Laplace noise goes: "thesis" — each user perturbs every uploaded coordinate,
     # clip(·, −δ, δ) + Laplace(0, λ) (the thesis's ε = 2δ/λ per coordinate, local DP against the
     # server); "authors_code" — as the authors' code: uploads are only clipped, and after each
@@ -53,7 +57,7 @@ class FedPerGNNConfig(ProtocolConfig):
         require(self.user_steps >= 1, "user_steps", "must be >= 1")
         require(self.l2 >= 0, "l2", "must be >= 0")
         require(self.clip > 0, "clip", "must be > 0")
-        require(self.laplace >= 0, "laplace", "must be >= 0")
+        require(self.laplace_scale >= 0, "laplace_scale", "must be >= 0")
         require(
             self.calibration in ("thesis", "authors_code"),
             "calibration",
@@ -80,7 +84,7 @@ class FedPerGNNPublic:
 def upload_laplace(config: FedPerGNNConfig) -> float:
     """λ of the Laplace noise a user adds to its upload: the config's in the thesis's
     calibration, none in the authors' code (whose noise the server adds to the model)."""
-    return config.laplace if config.calibration == "thesis" else 0.0
+    return config.laplace_scale if config.calibration == "thesis" else 0.0
 
 
 def model_laplace(config: FedPerGNNConfig, uploads: int) -> float:
@@ -88,4 +92,4 @@ def model_laplace(config: FedPerGNNConfig, uploads: int) -> float:
     users in the authors' code's calibration: η·λ/√B (= η·2δ/(√B·ε) with ε = 2δ/λ); 0 else."""
     if config.calibration != "authors_code" or uploads < 1:
         return 0.0
-    return config.lr_item * config.laplace / math.sqrt(uploads)
+    return config.lr_item * config.laplace_scale / math.sqrt(uploads)

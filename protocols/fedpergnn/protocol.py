@@ -73,8 +73,8 @@ from privacy.attacks import (
     precision_recall_f1,
     recovery_rate,
 )
-from privacy.ldp import laplace_epsilon_per_coordinate
-from protocols.base import Protocol
+from privacy.ldp import laplace_epsilon_per_coordinate, laplace_epsilon_vector
+from protocols.base import MainMetric, PaperClaim, PaperFigure, PrivacyReport, Protocol
 from protocols.fedpergnn import gat
 from protocols.fedpergnn.config import FedPerGNNConfig, FedPerGNNPublic, upload_laplace
 from protocols.fedpergnn.roles import MATCHER, SERVER, KeyServer, Matcher, Server, User
@@ -111,6 +111,25 @@ def _bucket(n: int) -> int:
 class FedPerGNN(Protocol):
     name = "fedpergnn"
     Config = FedPerGNNConfig
+    BASELINE_SHARES = {"dim": "dim", "layers": "layers"}
+    # the FedLightGCN thesis on gowalla (benchmarks/RESULTS.md, "Gowalla, published LightGCN
+    # split", column "thesis")
+    PAPER = PaperFigure(
+        on="gowalla",
+        method={"recall@20": 0.1661, "ndcg@20": 0.1390},
+        baselines={"central:lightgcn": ("central LightGCN", {"recall@20": 0.1777, "ndcg@20": 0.1524})},
+        source="FedLightGCN thesis, gowalla",
+    )
+
+    @classmethod
+    def central_baseline(cls, params) -> str:
+        backbone = params.get("backbone", cls.Config.backbone)
+        return "central:lightgcn" if backbone == "lightgcn" else f"central:{backbone}"
+
+    def main_metric(self) -> MainMetric:
+        if self.config.backbone == "gat":  # rating prediction
+            return MainMetric("rmse", "lower")
+        return super().main_metric()
 
     def __init__(self, dataset: RecDataset, config: FedPerGNNConfig, seed: int):
         super().__init__(dataset, config, seed)
@@ -308,33 +327,53 @@ class FedPerGNN(Protocol):
             self.accountant.spend(
                 [user], laplace_vector_event(c.clip, lam, _bucket(n)), "item_grad_upload"
             )
-            worst = max(worst, 2 * c.clip * n / lam if lam else math.inf)
+            worst = max(worst, laplace_epsilon_vector(c.clip, lam, n) if lam else math.inf)
         self.round_epsilon.append(worst)
 
-    def privacy(self) -> dict:
+    def privacy(self) -> PrivacyReport:
+        """The worst user's ε, composed over its uploads as the server receives them, beside the
+        thesis's ε = 2δ/λ per coordinate of an upload."""
         c = self.config
-        rigorous = self.accountant.worst_epsilon()
-        return {
-            "epsilon": rigorous,
-            "epsilon_per_coordinate_thesis": laplace_epsilon_per_coordinate(c.clip, c.laplace),
-            "epsilon_last_round_max_upload": self.round_epsilon[-1] if self.round_epsilon else 0.0,
-            "privacy_delta": c.privacy_delta,
-            "calibration": c.calibration,
-            "mechanism": (
-                "clip to [-clip, clip] + Laplace(laplace) per coordinate of each upload; "
-                if c.calibration == "thesis"
-                else "uploads clipped to [-clip, clip] only; the server adds "
-                "Laplace(lr_item·laplace/√B) to every weight after each update (authors' code); "
-            )
-            + "rigorous ε composes each user's uploads as the server receives them (vector L1 "
-            "sensitivity 2·clip·n, n rounded up to 2^k or 1.5·2^k)",
-            "unprotected": "e_u goes to the matcher without noise (as in the paper)",
-            "accountant": self.accountant.summary(),
-            **({"attacks": dict(sorted(self.attack.items()))} if self.attack else {}),
-        }
+        noise = (
+            "clip to [-clip, clip] + Laplace(laplace_scale) per coordinate of each upload; "
+            if c.calibration == "thesis"
+            else "uploads clipped to [-clip, clip] only; the server adds "
+            "Laplace(lr_item·laplace_scale/√B) to every weight after each update (authors' "
+            "code); "
+        )
+        per_coordinate = laplace_epsilon_per_coordinate(c.clip, c.laplace_scale)
+        return PrivacyReport(
+            mechanism="laplace",
+            epsilon=self.accountant.worst_epsilon(),
+            delta=c.privacy_delta,
+            paper=PaperClaim(per_coordinate, "ε per coordinate of an upload"),
+            attacks=self.attack,
+            details={
+                "epsilon_per_coordinate_thesis": per_coordinate,
+                "epsilon_last_round_max_upload": (
+                    self.round_epsilon[-1] if self.round_epsilon else 0.0
+                ),
+                "calibration": c.calibration,
+                "noise": noise + "rigorous ε composes each user's uploads as the server "
+                "receives them (vector L1 sensitivity 2·clip·n, n rounded up to 2^k or 1.5·2^k)",
+                "unprotected": "e_u goes to the matcher without noise (as in the paper)",
+                "accountant": self.accountant.summary(),
+            },
+        )
 
 
 class FedLightGCN(FedPerGNN):
     """``fedpergnn`` with the LightGCN backbone (the thesis's FedLightGCN)."""
 
     name = "fedlightgcn"
+    # the main job: every user every round, fewer sampled negatives, 1024-bit blind-RSA keys and
+    # a faster server learning rate, so that four rounds learn something
+    QUICK = {
+        "rounds": 4,
+        "dim": 32,
+        "users_per_round": 0,
+        "negatives": 256,
+        "key_bits": 1024,
+        "lr_item": 0.05,
+        "eval_every": 1,
+    }

@@ -1,0 +1,79 @@
+"""The one round loop. Every run — the runner's, a benchmark's, a test's — advances a protocol
+through :func:`rounds`, so every round goes through :meth:`Deployment.begin_round` (run conditions,
+snapshots, injected host kills) before the protocol's own step:
+
+    for r in rounds(protocol, dep, 5):          # rounds 0..4, evaluated at the end
+        print(r.round, r.train, r.metrics, r.stats["dropped"])
+
+Round t (0-based) of ``rounds(protocol, dep, stop, start=s)``, for t = s, …, stop − 1:
+
+1. ``dep.begin_round(t)`` — who is offline, snapshots every ``snapshot_every`` rounds, kills;
+2. ``train = protocol.run_round(dep, t)`` — the protocol's supersteps;
+3. ``metrics = protocol.evaluate(dep, t)`` when t + 1 is a multiple of ``eval_every`` (the
+   protocol's ``config.eval_every`` unless given; 0: never) or t is the last round;
+4. ``stats = dep.round_stats()`` — simulated seconds, dropped, late and faulted participants.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RoundResult:
+    """What one round did: the protocol's training figures, its metrics when it was evaluated
+    (None otherwise), the deployment's round statistics and the round's wall seconds."""
+
+    round: int
+    train: dict
+    metrics: dict | None
+    stats: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def evaluated(self) -> bool:
+        return self.metrics is not None
+
+
+def rounds(
+    protocol,
+    dep,
+    stop: int,
+    *,
+    start: int = 0,
+    eval_every: int | None = None,
+    evaluate_last: bool = True,
+    before_round: Callable[[int], None] | None = None,
+    evaluating: Callable[[bool], None] | None = None,
+) -> Iterator[RoundResult]:
+    """Rounds ``start`` … ``stop − 1`` of ``protocol`` on ``dep``, one :class:`RoundResult` each.
+
+    ``eval_every`` overrides the protocol's ``config.eval_every``; ``evaluate_last=False`` skips
+    the evaluation of the last round unless ``eval_every`` asks for it. ``before_round(t)`` is
+    called before round t starts and ``evaluating(True/False)`` around an evaluation (the runner's
+    progress bar uses both)."""
+    if eval_every is None:
+        eval_every = getattr(protocol.config, "eval_every", 0)
+    for t in range(start, stop):
+        if before_round is not None:
+            before_round(t)
+        t0 = time.perf_counter()
+        dep.begin_round(t)
+        train = protocol.run_round(dep, t)
+        due = (eval_every > 0 and (t + 1) % eval_every == 0) or (evaluate_last and t == stop - 1)
+        metrics = None
+        if due:
+            if evaluating is not None:
+                evaluating(True)
+            metrics = protocol.evaluate(dep, t)
+            if evaluating is not None:
+                evaluating(False)
+        stats = dep.round_stats()
+        yield RoundResult(t, train, metrics, stats, time.perf_counter() - t0)
+
+
+def run_rounds(protocol, dep, stop: int, **kwargs) -> list[RoundResult]:
+    """All of :func:`rounds` at once: the list of the rounds' results."""
+    return list(rounds(protocol, dep, stop, **kwargs))
