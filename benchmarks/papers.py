@@ -1,5 +1,6 @@
 """What ``python -m benchmarks.reproduce PAPER`` runs for each paper (:data:`PAPERS`) and the
-figures of the paper's main table it is set beside (:data:`FIGURES`).
+figures of the paper's main table it is set beside (:data:`FIGURES`: each protocol's ``PAPER``
+declaration, :class:`protocols.base.PaperFigure`, in its own package).
 
 A paper's runs are of three modes: ``paper`` (the paper's own calibration, or its authors' code),
 ``rigorous`` (the calibration whose ε the accountant proves; absent when the paper has no code of
@@ -13,43 +14,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from protocols import get_protocol
+
 HYPERGNN = "hypergnn"  # not a protocol: benchmarks/dgrec.py central_hypergnn (DGREC's parameters)
 
-# The papers' figures, only from text already in this repository (or found with the search tool,
-# address noted): per paper the dataset they are on, the method's figure per metric and the
-# figure of the baseline that stands where our central baseline (by label) stands, each as the
-# paper prints it; ``"percent": True`` marks a paper that prints its ranking figures in percent
-# (9.68 for a recall of 0.0968), which :func:`as_fraction` brings to our runs' fractions.
-FIGURES: dict[str, dict] = {
-    # FedLightGCN thesis, gowalla, as quoted in benchmarks/RESULTS.md ("Gowalla, published
-    # LightGCN split", column "thesis")
-    "fedpergnn": {
-        "on": "gowalla",
-        "method": {"recall@20": 0.1661, "ndcg@20": 0.1390},
-        "central:lightgcn": ("central LightGCN", {"recall@20": 0.1777, "ndcg@20": 0.1524}),
-    },
-    # VerFedGNN (Mai & Pang, ICML 2023) reports RMSE on ML-1M and Book-Crossing; no figure of its
-    # table is in this repository, and the search tool (https://arxiv.org/html/2303.05786v3)
-    # returned the set-up but not the table: not recorded
-    "verfedgnn": {"on": "ML-1M", "method": {}},
-    # DGREC (Zheng et al., CIKM 2023), Book-Crossing Recall@20 / NDCG@20 as printed: the
-    # ``paper_reference`` of benchmarks/dgrec.py and RESULTS.md's DGREC section ("9.68 vs 9.94")
-    "dgrec": {
-        "on": "Book-Crossing",
-        "percent": True,
-        "method": {"recall@20": 9.68, "ndcg@20": 5.13},
-        "central:lightgcn": ("LightGCN", {"recall@20": 9.94, "ndcg@20": 5.49}),
-    },
-    # DIPSGNN (Hu & Fang), ML-1M Recall@20 in percent, beside APGNN: RESULTS.md's DIPSGNN section
-    "dipsgnn": {
-        "on": "ML-1M",
-        "percent": True,
-        "method": {"recall@20": 21.13},
-        "dipsgnn nonprivate": ("APGNN", {"recall@20": 21.26}),
-    },
-}
-
 FIGURE_KEYS = ("on", "percent", "method")  # the other keys of a FIGURES entry are run labels
+
+
+def figures_of(paper) -> dict:
+    """A protocol's :class:`protocols.base.PaperFigure` as reproduce reads it: the dataset
+    (``on``), ``percent`` when the paper prints percent, the method's figures (``method``) and,
+    per run label, (the paper's name of that baseline, its figures)."""
+    out: dict = {"on": paper.on, "method": dict(paper.method)}
+    if paper.percent:
+        out["percent"] = True
+    out.update({label: (name, dict(values)) for label, (name, values) in paper.baselines.items()})
+    return out
 
 
 def as_fraction(figures: dict, value: float) -> float:
@@ -89,7 +69,7 @@ class Paper:
         return [r for r in self.runs if r.mode == mode]
 
 
-_FED = {"users_per_round": 64, "negatives": 256, "lr_item": 0.01, "laplace": 0.001}
+_FED = {"users_per_round": 64, "negatives": 256, "lr_item": 0.01, "laplace_scale": 0.001}
 _FED_QUICK = {"rounds": 40, "key_bits": 1024, "eval_every": 0}
 _VFL_QUICK = {"rounds": 300, "psi_key_bits": 1024, "eval_every": 0}
 _DIPS = {"epochs": 3, "max_len": 50, "features": "all", "eval_every": 0}
@@ -179,3 +159,6 @@ PAPERS: dict[str, Paper] = {
     ),
 }
 # fmt: on
+
+# the papers' figures, as each protocol declares them (protocols/<name>/protocol.py ``PAPER``)
+FIGURES: dict[str, dict] = {name: figures_of(get_protocol(name).PAPER) for name in PAPERS}

@@ -4,7 +4,7 @@ data/ or cluster/ imports it.
 
     from engine import RunSettings, deploy, resume, rounds, run
 
-    run_dir, summary = run(RunSettings(protocol="fedmf", rounds=20), dataset)   # a run report
+    run_dir, summary = run(RunSettings(protocol=NAME, rounds=20), dataset)   # a run report
     dep = deploy(protocol, "packed", hosts=2, tap=True)   # the deployment run() would make
     for r in rounds(protocol, dep, 5):                    # the one round loop, by hand
         print(r.round, r.train, r.metrics)

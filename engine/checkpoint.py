@@ -16,7 +16,7 @@ from pathlib import Path
 
 CHECKPOINT_NAME = "checkpoint.pkl"
 PREVIOUS_NAME = "checkpoint.prev.pkl"
-FORMAT = 2  # 2: protocol parameters renamed (issue 15); a format-1 checkpoint does not resume
+FORMAT = 2  # version of the checkpoint layout; a checkpoint of another version is refused
 
 
 class CheckpointError(ValueError):
@@ -65,9 +65,9 @@ def load_checkpoint(run_dir: str | Path) -> dict:
         raise
 
 
-# Modules that moved since checkpoints were first written (a checkpoint's RunSettings was pickled
-# as protocols.runner.RunSettings): such a checkpoint still unpickles, and is then refused by its
-# format number in one line rather than by a missing module.
+# Module paths that format-1 checkpoints name their classes by (e.g. protocols.runner.RunSettings),
+# mapped to the modules that define those classes: such a checkpoint unpickles and is refused by
+# its format number in one line, not by a missing module.
 _MOVED = {
     "protocols.runner": "engine.runner",
     "protocols.report": "engine.report",

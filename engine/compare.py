@@ -1,12 +1,12 @@
 """Compare protocols on one dataset: run each on the same data, split and Ray cluster, and write
 ``runs/<time>-compare/`` with ``comparison.json``, ``comparison.md`` and the comparison plots.
 
-    python launch.py compare --dataset ml-100k --protocols fedmf,dgrec,central:lightgcn
+    python launch.py compare --dataset ml-100k --protocols A,B,NAME:VALUE
     python launch.py                       # the main job: compare --quick on the synthetic data
 
 A protocol is named as on ``--protocol``; ``NAME:VALUE`` runs NAME with its ``LABEL_PARAM`` set
-to VALUE (the centralized baselines: ``central:lightgcn`` is ``--protocol central --model
-lightgcn``). Every protocol is set beside the non-private baseline it declares
+to VALUE (``CENTRAL:MODEL`` is ``--protocol CENTRAL --model MODEL`` when the protocol CENTRAL
+declares ``LABEL_PARAM = "model"``). Every protocol is set beside the non-private baseline it declares
 (:meth:`Protocol.central_baseline`), which is added to the list unless ``baselines=False``; the
 table gives the ratio of the two main metrics (each protocol declares its own,
 :meth:`Protocol.main_metric`).
@@ -58,7 +58,7 @@ class CompareError(ValueError):
 class Entry:
     """One protocol of a comparison."""
 
-    label: str  # as named on --protocols: "fedmf", "central:lightgcn"
+    label: str  # as named on --protocols: "NAME" or "NAME:VALUE"
     protocol: str
     params: dict = field(default_factory=dict)
     rounds: int = 20
@@ -66,9 +66,8 @@ class Entry:
 
 
 def parse_label(label: str) -> tuple[str, dict]:
-    """``"fedmf"`` → ``("fedmf", {})``; ``"NAME:VALUE"`` → ``(NAME, {NAME's LABEL_PARAM: VALUE})``
-    (``"central:lightgcn"`` → ``("central", {"model": "lightgcn"})``); a class given by its import
-    path (``"pkg.module:Class"``) is one protocol."""
+    """``"NAME"`` → ``(NAME, {})``; ``"NAME:VALUE"`` → ``(NAME, {NAME's LABEL_PARAM: VALUE})``;
+    a class given by its import path (``"pkg.module:Class"``) is one protocol."""
     from protocols import is_import_path
 
     label = label.strip()
@@ -258,8 +257,8 @@ def paper_figure(privacy: dict) -> dict | None:
 
 
 def attack_figures(summary: dict) -> dict:
-    """Attack measurements of the run: ``attack_*`` metrics (VerFedGNN's de-anonymization) and
-    ``privacy.attacks`` (FedPerGNN's gradient-inference and dictionary attacks)."""
+    """Attack measurements of the run: metrics named ``attack_*`` (measured at an evaluation) and
+    the PrivacyReport's ``attacks`` (``privacy.attacks`` in summary.json)."""
     out = {k: v for k, v in (summary.get("metrics") or {}).items() if k.startswith("attack_")}
     out.update((summary.get("privacy") or {}).get("attacks") or {})
     return out
@@ -475,7 +474,7 @@ _TEXT_COLUMNS = (
     ("main metric", lambda r: metric_cell(r) if r["status"] == "ok" else f"failed: {r['reason']}", 24),
     ("× central", lambda r: _ratio_short(r), 9),
     ("bytes/round", lambda r: fmt_bytes(r.get("bytes_per_round")), 11),
-    ("ε rigorous", lambda r: epsilon_cell(r) if r["status"] == "ok" else "—", 18),
+    ("ε rigorous", lambda r: epsilon_cell(r) if r["status"] == "ok" else "—", 22),
     ("ε paper", lambda r: fmt((r.get("epsilon_paper") or {}).get("value")), 8),
     ("wall s", lambda r: fmt(r.get("wall_seconds")), 7),
 )

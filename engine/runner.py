@@ -25,9 +25,10 @@ from engine.report import RunReport, dataset_record, new_run_dir, privacy_row
 from models.baselines import trivial_baselines
 from nodes.conditions import Conditions
 from nodes.deployment import Deployment, HostLostError, NodeSpec, PlacementError, assign_hosts
-from protocols import get_protocol
+from protocols import DEFAULT_PROTOCOL, get_protocol
 from protocols.base import (
     ConfigError,
+    PrivacyReport,
     Protocol,
     ProtocolConfig,
     UnsuitableDataError,
@@ -38,7 +39,7 @@ from protocols.base import (
 
 @dataclass
 class RunSettings:
-    protocol: str = "fedmf"
+    protocol: str = DEFAULT_PROTOCOL  # a registered name or package.module:Class
     rounds: int = 20
     seed: int = 0
     placement: str = "packed"
@@ -318,7 +319,7 @@ def _deploy(settings: RunSettings, protocol: Protocol, specs: list[NodeSpec]) ->
 class _Status:
     """One-line descriptions of a run's long steps on stderr, only with ``settings.progress``:
     starting Ray and the host actors, and what the protocol reports through
-    :attr:`Deployment.status` (e.g. FedPerGNN's item tokens), named by the round they belong to
+    :attr:`Deployment.status` (e.g. a key exchange before the first round), named by the round they belong to
     (:attr:`round`). Printed with ``tqdm.write``, above the progress bar."""
 
     def __init__(self, settings: RunSettings):
@@ -347,6 +348,17 @@ def progress_postfix(train: dict, metrics: dict, declared=None) -> dict[str, str
     if name is not None and is_number(metrics[name]):
         out[name] = f"{metrics[name]:.4g}"
     return out
+
+
+def privacy_of(protocol: Protocol) -> PrivacyReport:
+    """``protocol.privacy()``, which the contract makes a :class:`PrivacyReport`."""
+    report = protocol.privacy()
+    if not isinstance(report, PrivacyReport):
+        raise TypeError(
+            f"{type(protocol).__name__}.privacy() returned a {type(report).__name__}, not a "
+            "protocols.base.PrivacyReport"
+        )
+    return report
 
 
 def _conditions_record(settings: RunSettings) -> dict:
@@ -388,7 +400,7 @@ def _drive(
             last = rnd == settings.rounds - 1
             if res.evaluated:
                 metrics = res.metrics
-            privacy = protocol.privacy()
+            privacy = privacy_of(protocol)
             sim_total += stats["sim_seconds"]
             faults.extend(stats["faults"])
             row = {
@@ -446,7 +458,7 @@ def _drive(
             "bytes_crossed": dep.ledger.crossed_total(),
             "messages": dep.ledger.messages(),
             "main_metric": dataclasses.asdict(protocol.main_metric()),
-            "privacy": protocol.privacy().as_dict(),
+            "privacy": privacy_of(protocol).as_dict(),
             "wall_seconds": wall,
             "sim_seconds": sim_total,
             "faults": faults,

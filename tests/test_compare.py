@@ -288,3 +288,29 @@ def test_a_protocol_that_does_not_fit_the_data_is_listed_with_its_reason(ray_loc
     md = (cmp_dir / "comparison.md").read_text()
     assert f"- verfedgnn: {rows['verfedgnn']['reason']}" in md
     assert "\n" not in rows["central:gcn"]["reason"]
+
+
+def test_the_terminal_table_fits_120_columns():
+    from engine.compare import TEXT_WIDTH, render_text
+
+    ok = {
+        "label": "central:lightgcn",
+        "status": "ok",
+        "metric": "recall@20",
+        "better": "higher",
+        "value": 0.123456,
+        "baseline": "central:lightgcn",
+        "ratio": 0.98765,
+        "bytes_per_round": 123456789.0,
+        "epsilon": 6.554e6,
+        "delta": 1e-5,
+        "private": True,
+        "epsilon_paper": {"value": 0.54, "what": "RDP ε at order 1.5"},
+        "wall_seconds": 12345.6,
+    }
+    failed = {"label": "x" * 40, "status": "failed", "reason": "ConfigError: " + "y" * 300}
+    text = render_text({"protocols": [ok, failed]})
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= TEXT_WIDTH == 120
+    assert "6.554e+06 (δ=1e-05)" in lines[2] and "0.9877" in lines[2] and "0.54" in lines[2]
+    assert lines[3].split()[1] == "failed:"  # the reason starts in its column, cut with "…"
