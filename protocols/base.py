@@ -189,8 +189,10 @@ class PrivacyReport(Mapping):
     ``mechanism``: what protects the data ("none" for a non-private protocol, "" when the protocol
     applies no DP mechanism but is not a centralised baseline either). ``epsilon``: the rigorous ε
     at ``delta`` proved by the accountant for the rounds run (``inf``: no finite guarantee; None:
-    not a DP protocol). ``delta_spent``: for mechanisms that spend δ at ε = 0, the rigorous δ so
-    far. ``budget``: the ε the run was calibrated to, where there is one. ``paper``: the figure
+    not a DP protocol), per privacy ``unit`` (whose data a guarantee protects: "user", "party",
+    "edge", ...; the worst unit's figure). ``per_element``: the ε of one released element (a
+    coordinate, a bit) where the mechanism has one. ``delta_spent``: for mechanisms that spend δ
+    at ε = 0, the rigorous δ so far. ``budget``: the ε the run was calibrated to, if any. ``paper``: the figure
     the paper states (:class:`PaperClaim`). ``attacks``: attack results measured on the run
     (name → figure). ``details``: the protocol's own figures (per element, per vector,
     sensitivities, the accountant's tables), written to summary.json as they are.
@@ -202,6 +204,8 @@ class PrivacyReport(Mapping):
     mechanism: str = ""
     epsilon: float | None = None
     delta: float | None = None
+    unit: str = ""
+    per_element: float | None = None
     delta_spent: float | None = None
     budget: float | None = None
     paper: PaperClaim | None = None
@@ -222,6 +226,10 @@ class PrivacyReport(Mapping):
             out["epsilon"] = self.epsilon
         if self.delta is not None:
             out["privacy_delta"] = self.delta
+        if self.unit:
+            out["privacy_unit"] = self.unit
+        if self.per_element is not None:
+            out["epsilon_per_element"] = self.per_element
         if self.delta_spent is not None:
             out["privacy_delta_spent"] = self.delta_spent
         if self.budget is not None:
@@ -234,11 +242,13 @@ class PrivacyReport(Mapping):
 
     def figures(self) -> dict[str, Any]:
         """The typed figures of one metrics.jsonl row (what the plots and the comparison read):
-        ``epsilon``, ``epsilon_budget``, ``delta_spent``, and the paper's claim as
+        ``epsilon``, ``epsilon_per_element``, ``epsilon_budget``, ``delta_spent``, and the
+        paper's claim as
         ``paper_value`` / ``paper_kind`` / ``paper_what`` / ``paper_composed``."""
         p = self.paper
         return {
             "epsilon": self.epsilon,
+            "epsilon_per_element": self.per_element,
             "epsilon_budget": self.budget,
             "delta_spent": self.delta_spent,
             "paper_value": p.value if p else None,

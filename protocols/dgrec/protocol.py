@@ -271,21 +271,22 @@ class DGREC(Protocol):
             details["shares_max"] = summary["labels"][f"{c.mechanism}-share"]["max_count"]
             epsilon = summary["worst_epsilon"]  # composed over the shares, at `privacy_delta`
             details["epsilon_bound"] = summary["bound"]
-        paper = None
+        paper, per = None, None
         if c.mechanism == "onebit":
-            details["epsilon_per_element"] = c.beta
+            per = c.beta
             details["epsilon_per_vector"] = self.n_s * c.beta
             details["rdp_per_element_order_1.5"] = rdp_of_randomized_response(c.beta, 1.5)
             details["paper_stated_rdp"] = {"order": PAPER_RDP[0], "epsilon": PAPER_RDP[1]}
             paper = PaperClaim(PAPER_RDP[1], f"RDP ε at order {PAPER_RDP[0]:g}")
         elif c.mechanism == "laplace":
             per = laplace_epsilon_per_coordinate(c.clip, c.resolved_laplace_scale())
-            details["epsilon_per_element"] = per
             details["epsilon_per_vector"] = self.n_s * per
         return PrivacyReport(
             mechanism=c.mechanism,
             epsilon=epsilon,
             delta=c.privacy_delta,
+            unit="user",
+            per_element=per,
             paper=paper,
             details=details,
         )

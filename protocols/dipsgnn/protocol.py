@@ -357,6 +357,7 @@ class DIPSGNNProtocol(Protocol):
             mechanism=figures.pop("mechanism"),
             epsilon=figures.pop("epsilon"),
             delta=figures.pop("privacy_delta"),
+            unit="user (sequence)" if self.config.mechanism == "dpsgd" else "edge",
             budget=figures.get("epsilon2_budget"),
             paper=paper,
             details=figures,

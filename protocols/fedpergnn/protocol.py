@@ -346,6 +346,8 @@ class FedPerGNN(Protocol):
             mechanism="laplace",
             epsilon=self.accountant.worst_epsilon(),
             delta=c.privacy_delta,
+            unit="user",
+            per_element=per_coordinate if c.calibration == "thesis" else None,
             paper=PaperClaim(per_coordinate, "ε per coordinate of an upload"),
             attacks=self.attack,
             details={

@@ -316,7 +316,7 @@ class VerFedGNN(Protocol):
         c = self.config
         releases = int(self.participation_counts.max(initial=0))
         details: dict = {"releases": releases}
-        report = dict(mechanism=c.mechanism, delta=c.privacy_delta, details=details)
+        report = dict(mechanism=c.mechanism, delta=c.privacy_delta, unit="party", details=details)
         if self.n_public is None:
             return PrivacyReport(epsilon=0.0, **report)
         if c.mechanism == "none":
@@ -344,6 +344,7 @@ class VerFedGNN(Protocol):
         details["epsilon_per_coordinate"] = per_coordinate
         return PrivacyReport(
             epsilon=self.accountant.worst_epsilon(),
+            per_element=per_coordinate,
             paper=PaperClaim(per_coordinate, "ε per coordinate"),
             **report,
         )
