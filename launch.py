@@ -310,6 +310,8 @@ def _add_protocol_help(p: argparse.ArgumentParser, name: str, *, default: bool) 
 
 def build_compare_parser() -> argparse.ArgumentParser:
     """The parser of ``launch.py compare``."""
+    from protocols import DEFAULT_COMPARISON, protocol_names
+
     p = _Parser(
         prog=f"{_prog()} compare",
         description=COMPARE_DOC.split("\n\n")[0],
@@ -321,8 +323,9 @@ def build_compare_parser() -> argparse.ArgumentParser:
         "--protocols",
         default=None,
         metavar="P1,P2,...",
-        help="comma-separated protocols, central:MODEL for a central baseline (default: the "
-        "[compare] table's, else fedmf,fedlightgcn,dgrec,verfedgnn,dipsgnn)",
+        help=f"comma-separated protocols ({', '.join(protocol_names())}, an installed package's, "
+        "or package.module:Class), central:MODEL for a central baseline (default: the [compare] "
+        f"table's, else {','.join(DEFAULT_COMPARISON)})",
     )
     p.add_argument(
         "--no-baselines",
