@@ -97,7 +97,7 @@ def _add_shared_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--placement",
         default="packed",
-        choices=["dedicated", "packed"],
+        choices=["dedicated", "packed"],  # nodes.deployment.PLACEMENTS
         help="dedicated: one actor per participant; packed: users share --hosts actors (default: %(default)s)",
     )
     p.add_argument(
@@ -514,16 +514,16 @@ def _resume_flags(parser, run_dir: str, extras: list[str]) -> dict:
 
 
 def _check_shared(parser, args) -> None:
-    if args.hosts < 1:
-        parser.error(f"--hosts must be >= 1, got {args.hosts}")
+    from nodes.deployment import PlacementError, check_placement
+
+    try:
+        check_placement(args.placement, args.hosts)
+    except PlacementError as e:
+        parser.error(_placement_message(e))
     if not args.gpus_per_host >= 0:
         parser.error(f"--gpus-per-host must be >= 0, got {args.gpus_per_host}")
     if args.cpus_per_host is not None and not args.cpus_per_host > 0:
         parser.error(f"--cpus-per-host must be > 0, got {args.cpus_per_host}")
-    if args.placement == "dedicated" and args.hosts != 1:
-        parser.error(
-            "--hosts applies to --placement packed (dedicated gives every participant its own host)"
-        )
     if (
         args.address is not None
         and args.address != "auto"

@@ -35,7 +35,7 @@ _WHERE = {
     "run_rounds": "engine.loop",
     "RoundResult": "engine.loop",
 }
-__all__ = sorted(_WHERE)
+__all__ = ["RoundResult", "RunSettings", "deploy", "resume", "rounds", "run", "run_rounds"]
 
 
 def __getattr__(name: str):

@@ -32,7 +32,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.figures import fmt, fmt_bytes, is_inf, jsonable, main_metric, one_line
+from engine.figures import fmt, fmt_bytes, jsonable, main_metric, one_line
 
 __all__ = [
     "CompareError",
@@ -471,7 +471,11 @@ def render_markdown(comparison: dict) -> str:
 TEXT_WIDTH = 120
 _TEXT_COLUMNS = (
     ("protocol", lambda r: r["label"], 22),
-    ("main metric", lambda r: metric_cell(r) if r["status"] == "ok" else f"failed: {r['reason']}", 24),
+    (
+        "main metric",
+        lambda r: metric_cell(r) if r["status"] == "ok" else f"failed: {r['reason']}",
+        24,
+    ),
     ("× central", lambda r: _ratio_short(r), 9),
     ("bytes/round", lambda r: fmt_bytes(r.get("bytes_per_round")), 11),
     ("ε rigorous", lambda r: epsilon_cell(r) if r["status"] == "ok" else "—", 22),

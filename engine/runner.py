@@ -393,7 +393,11 @@ def _drive(
             bar.set_description_str(f"{name} (evaluating)" if on else name, refresh=on)
 
         for res in rounds(
-            protocol, dep, settings.rounds, start=start, before_round=before_round,
+            protocol,
+            dep,
+            settings.rounds,
+            start=start,
+            before_round=before_round,
             evaluating=evaluating,
         ):
             rnd, train, stats = res.round, res.train, res.stats

@@ -81,14 +81,15 @@ class BPRGrads:
     neg_items: torch.Tensor  # [B, P, d]
 
 
-def bpr_grads(user: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, reg: float) -> BPRGrads:
-    """Per-user BPR loss and gradients. ``user`` [B, d]; ``pos``/``neg`` item factors [B, P, d]."""
+def bpr_grads(user: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, l2: float) -> BPRGrads:
+    """Per-user BPR loss and gradients (L2 weight ``l2``). ``user`` [B, d]; ``pos``/``neg`` item
+    factors [B, P, d]."""
     diff = pos - neg
     x = (user[:, None, :] * diff).sum(-1)  # [B, P]
     n_pairs = x.shape[1]
     loss = neg_log_sigmoid(x).mean(1)
     coef = (-sigmoid(-x) / n_pairs)[:, :, None]  # dL/dx per pair, averaged over pairs
-    g_user = (coef * diff).sum(1) + reg * user
-    g_pos = coef * user[:, None, :] + (reg / n_pairs) * pos
-    g_neg = -coef * user[:, None, :] + (reg / n_pairs) * neg
+    g_user = (coef * diff).sum(1) + l2 * user
+    g_pos = coef * user[:, None, :] + (l2 / n_pairs) * pos
+    g_neg = -coef * user[:, None, :] + (l2 / n_pairs) * neg
     return BPRGrads(loss, g_user, g_pos, g_neg)

@@ -125,7 +125,7 @@ class DGRECUserModel(nn.Module):
         *,
         scorer: str = "mlp",
         pearson_weight: float = 0.1,
-        l2_weight: float = 1e-5,
+        l2: float = 1e-5,
         init_std: float = 0.1,
         standardise_assignment: bool = True,
         normalise_interest_adjacency: bool = True,
@@ -140,7 +140,7 @@ class DGRECUserModel(nn.Module):
         ):
             if int(value) < 1:
                 raise ValueError(f"{name} must be ≥ 1, got {value}")
-        if pearson_weight < 0 or l2_weight < 0:
+        if pearson_weight < 0 or l2 < 0:
             raise ValueError("loss weights must be non-negative")
         if scorer not in ("mlp", "dot"):
             raise ValueError(f"scorer must be 'mlp' or 'dot', got {scorer!r}")
@@ -153,7 +153,7 @@ class DGRECUserModel(nn.Module):
         )
         self.graph = "bipartite" if use_bipartite else ("hypergraph" if use_hypergraph else "none")
         self.interest_attention, self.pearson = bool(interest_attention), bool(pearson)
-        self.pearson_weight, self.l2_weight = float(pearson_weight), float(l2_weight)
+        self.pearson_weight, self.l2 = float(pearson_weight), float(l2)
         self.standardise_assignment = bool(standardise_assignment)
         self.normalise_interest_adjacency = bool(normalise_interest_adjacency)
 
@@ -265,17 +265,17 @@ class DLGNNUserModel(nn.Module):
         dim: int,
         layers: int = 2,
         *,
-        l2_weight: float = 1e-5,
+        l2: float = 1e-5,
         init_std: float = 0.1,
     ) -> None:
         super().__init__()
         for name, value in (("n_items", n_items), ("dim", dim), ("layers", layers + 1)):
             if int(value) < 1:
                 raise ValueError(f"{name} must be ≥ {1 if name != 'layers' else 0}, got {value}")
-        if l2_weight < 0:
-            raise ValueError("l2_weight must be non-negative")
+        if l2 < 0:
+            raise ValueError("l2 must be non-negative")
         self.n_items, self.dim, self.layers = int(n_items), int(dim), int(layers)
-        self.l2_weight = float(l2_weight)
+        self.l2 = float(l2)
         self.item_emb = nn.Embedding(self.n_items, self.dim)
         nn.init.normal_(self.item_emb.weight, std=init_std)
         self.user_emb = nn.Parameter(torch.randn(self.dim) * init_std)
@@ -326,7 +326,7 @@ class DLGNNUserModel(nn.Module):
         bpr = _bpr(self.score(h_u, pos), self.score(h_u, neg), reduction)
         own = self._check_items(own_items, "own_items")
         touched = torch.unique(torch.cat([own, pos, neg]))
-        l2 = self.item_emb(touched).pow(2).sum() + self.user_emb.pow(2).sum()
-        total = bpr + self.l2_weight * l2
-        parts = {k: float(v.detach()) for k, v in (("bpr", bpr), ("l2", l2), ("total", total))}
+        norm = self.item_emb(touched).pow(2).sum() + self.user_emb.pow(2).sum()
+        total = bpr + self.l2 * norm
+        parts = {k: float(v.detach()) for k, v in (("bpr", bpr), ("l2", norm), ("total", total))}
         return total, parts

@@ -245,14 +245,14 @@ def loss_batch(
     ).unique()
     touched_users = keys // n_items
     rows = user_rows(params["item_emb.weight"], touched_users, keys % n_items)
-    l2 = scatter(rows.pow(2).sum(-1), touched_users, dim=0, dim_size=n_users)
+    norm = scatter(rows.pow(2).sum(-1), touched_users, dim=0, dim_size=n_users)
     for name, p in params.items():
         if name != "item_emb.weight":
-            l2 = l2 + p.pow(2).flatten(1).sum(1)  # [B] (or [1], the same for every user)
-    total = bpr + model.pearson_weight * pearson + model.l2_weight * l2
+            norm = norm + p.pow(2).flatten(1).sum(1)  # [B] (or [1], the same for every user)
+    total = bpr + model.pearson_weight * pearson + model.l2 * norm
     parts = {
         k: v.detach().expand(n_users)
-        for k, v in (("bpr", bpr), ("pearson", pearson), ("l2", l2), ("total", total))
+        for k, v in (("bpr", bpr), ("pearson", pearson), ("l2", norm), ("total", total))
     }
     return total, parts
 

@@ -28,7 +28,7 @@ def model_kwargs(config, public) -> dict:
             "n_items": public.n_items,
             "dim": c.dim,
             "layers": c.layers,
-            "l2_weight": c.l2,
+            "l2": c.l2,
             "init_std": c.init_std,
         }
     return {
@@ -43,7 +43,7 @@ def model_kwargs(config, public) -> dict:
         "pearson": c.pearson,
         "scorer": c.scorer,
         "pearson_weight": c.pearson_weight,
-        "l2_weight": c.l2,
+        "l2": c.l2,
         "init_std": c.init_std,
     }
 

@@ -22,9 +22,10 @@ the prefix s_1..s_L (h_j the final state of s_j's node):
 Variants: ``use_features=False`` with ``n_users > 0`` replaces E_U x_u by a learned user-id
 embedding (A-PGNN); with ``n_users == 0`` there is no user part at all (d' = 0, SR-GNN style).
 ``sigma=0`` is the non-private network; ``graph_messages=False`` sets M_in = M_out = 0 (the
-ablation without the graph: the GRU sees only the biases, the readout still sees the sequence). Sessions are batched as padded dense graphs (SR-GNN); the
-layer is written out rather than taken from PyG because the noise must be added to the two
-directed aggregates A·H̄ before their linear maps, which PyG's GatedGraphConv does not expose.
+ablation without the graph: the GRU sees only the biases, the readout still sees the sequence).
+Sessions are batched as padded dense graphs (SR-GNN); the layer is written out rather than taken
+from PyG because the noise must be added to the two directed aggregates A·H̄ before their linear
+maps, which PyG's GatedGraphConv does not expose.
 Defaults d = 100, d' = 50, T = 1, C = 0.5 follow the released code.
 """
 

@@ -153,17 +153,17 @@ def rating_loss(
     ratings: torch.Tensor,
     user_emb: torch.Tensor,
     item_emb: torch.Tensor,
-    reg: float,
+    l2: float,
 ) -> torch.Tensor:
-    """L_u of the module docstring: MSE of the predictions r̂ over I_u plus the L2 term."""
+    """L_u of the module docstring: MSE of the predictions r̂ over I_u plus ``l2`` × the L2 term."""
     if ratings.shape != pred.shape or ratings.shape != (item_emb.shape[0],):
         raise ValueError(
             f"need one rating and prediction per item: {tuple(ratings.shape)} ratings, "
             f"{tuple(pred.shape)} predictions, {item_emb.shape[0]} items"
         )
     mse = (ratings - pred).pow(2).mean()
-    l2 = user_emb.pow(2).sum() + item_emb.pow(2).sum(-1).mean()
-    return mse + reg * l2
+    norm = user_emb.pow(2).sum() + item_emb.pow(2).sum(-1).mean()
+    return mse + l2 * norm
 
 
 def predict_candidates(h: torch.Tensor, graph: LocalGATGraph) -> torch.Tensor:

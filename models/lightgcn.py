@@ -113,19 +113,19 @@ def bpr_loss(
     e_user: torch.Tensor,
     pos: torch.Tensor,
     neg: torch.Tensor,
-    reg: float,
+    l2: float,
     s_pos: torch.Tensor | None = None,
     s_neg: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Per-user BPR + L2 (eq. 15). ``h_user``/``e_user`` [B, d]; ``pos``/``neg`` [B, P, d] are the
+    """Per-user BPR + ``l2`` × L2 (eq. 15). ``h_user``/``e_user`` [B, d]; ``pos``/``neg`` [B, P, d] are the
     embeddings the scores use (when ``s_pos``/``s_neg`` are not given) and the ego embeddings
     that the L2 term regularises. Returns [B]."""
     if s_pos is None:
         s_pos = (h_user[:, None, :] * pos).sum(-1)
         s_neg = (h_user[:, None, :] * neg).sum(-1)
     rank = neg_log_sigmoid(s_pos - s_neg).mean(1)
-    l2 = e_user.pow(2).sum(-1) + (pos.pow(2).sum(-1) + neg.pow(2).sum(-1)).mean(1)
-    return rank + 0.5 * reg * l2
+    norm = e_user.pow(2).sum(-1) + (pos.pow(2).sum(-1) + neg.pow(2).sum(-1)).mean(1)
+    return rank + 0.5 * l2 * norm
 
 
 # --------------------------------------------------------------------------- central
@@ -186,15 +186,15 @@ class LightGCN(torch.nn.Module):
         return h[: self.n_users], h_items
 
     def loss(
-        self, users: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, reg: float
+        self, users: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, l2: float
     ) -> torch.Tensor:
-        """Mean BPR + L2 over a batch of (user, pos, neg) triples (one pair per row)."""
+        """Mean BPR + ``l2`` × L2 over a batch of (user, pos, neg) triples (one pair per row)."""
         h_u, h_i = self()
         s_pos = (h_u[users] * h_i[pos]).sum(-1)[:, None]
         s_neg = (h_u[users] * h_i[neg]).sum(-1)[:, None]
         e_u = self.user[users]
         out = bpr_loss(
-            h_u[users], e_u, self.item[pos][:, None], self.item[neg][:, None], reg, s_pos, s_neg
+            h_u[users], e_u, self.item[pos][:, None], self.item[neg][:, None], l2, s_pos, s_neg
         )
         return out.mean()
 
@@ -308,7 +308,7 @@ def train_central(
     dim: int = 64,
     layers: int = 2,
     lr: float = 1e-3,
-    reg: float = 1e-4,
+    l2: float = 1e-4,
     batch_size: int = 2048,
     seed: int = 0,
     device: str | torch.device = "cpu",
@@ -317,7 +317,7 @@ def train_central(
     eval_every: int = 0,
     log=None,
 ) -> tuple[LightGCN, dict[str, float]]:
-    """Central LightGCN for ``epochs`` epochs (:class:`RankingTrainer`, L2 weight α = ``reg``);
+    """Central LightGCN for ``epochs`` epochs (:class:`RankingTrainer`, L2 weight α = ``l2``);
     returns the model and its mean Recall/NDCG@k on the test set. ``log(epoch, metrics)`` every
     ``eval_every`` epochs."""
     trainer = RankingTrainer(
@@ -325,7 +325,7 @@ def train_central(
         dim=dim,
         layers=layers,
         lr=lr,
-        l2=reg,
+        l2=l2,
         batch_size=batch_size,
         seed=seed,
         device=device,

@@ -26,6 +26,8 @@ __all__ = [
     "ranking_metrics",
     "full_ranking_metrics",
     "own_table_ranking_metrics",
+    "recall_from_hits",
+    "mrr_from_first_hit",
     "rmse",
     "mae",
     "next_item_metrics",
@@ -195,6 +197,17 @@ def topk_excluding(scores: torch.Tensor, exclude: Exclusion, k: int) -> torch.Te
 # --------------------------------------------------------------------------- ranking metrics
 
 
+def recall_from_hits(hits: np.ndarray, n_relevant: np.ndarray | float) -> np.ndarray:
+    """``recall@k`` per row: relevant items in the top k (``hits``, float64) / relevant items."""
+    return hits / n_relevant
+
+
+def mrr_from_first_hit(found: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """``mrr@k`` per row: 1/rank of the first relevant item (``first``: its 0-based position)
+    where one is in the top k (``found``), else 0."""
+    return np.where(found, 1.0 / (first + 1.0), 0.0)
+
+
 def ranking_metrics(
     topk: torch.Tensor | np.ndarray,
     test_items: list[np.ndarray],
@@ -240,13 +253,13 @@ def ranking_metrics(
         hits = h.sum(axis=1).astype(np.float64)
         found = hits > 0
         first = np.argmax(h, axis=1)
-        out[f"recall@{k}"] = hits / n_test
+        out[f"recall@{k}"] = recall_from_hits(hits, n_test)
         out[f"precision@{k}"] = hits / k
         # a row-wise sum, not a matrix product: each user's value must not depend on who else is
         # in the batch (BLAS blocks by shape), so that results are placement-independent
         out[f"ndcg@{k}"] = (h * discount[:k]).sum(axis=1) / ideal[np.minimum(n_test, k) - 1]
         out[f"hit@{k}"] = found.astype(np.float64)
-        out[f"mrr@{k}"] = np.where(found, 1.0 / (first + 1.0), 0.0)
+        out[f"mrr@{k}"] = mrr_from_first_hit(found, first)
     return out
 
 
@@ -370,9 +383,9 @@ def next_item_metrics(
         rank = (higher + tied_before).cpu().numpy().astype(np.float64)  # 0-based
     out: dict[str, np.ndarray] = {}
     for k in ks:
-        inside = rank < k
-        out[f"recall@{k}"] = inside.astype(np.float64)
-        out[f"mrr@{k}"] = np.where(inside, 1.0 / (rank + 1.0), 0.0)
+        inside = rank < k  # the one target is the one relevant item
+        out[f"recall@{k}"] = recall_from_hits(inside.astype(np.float64), 1.0)
+        out[f"mrr@{k}"] = mrr_from_first_hit(inside, rank)
     return out
 
 

@@ -22,6 +22,7 @@ raises :class:`HostLostError`, one line naming the host and the round.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import signal
 import time
@@ -71,11 +72,26 @@ class StepResult:
 MAX_DEDICATED = 64
 
 
+def check_placement(placement: str, hosts: int) -> None:
+    """The checks of a placement request that need no node: ``placement`` is one of
+    :data:`PLACEMENTS`, ``hosts`` ≥ 1, and ``hosts`` is 1 with ``dedicated`` (which gives every
+    node its own host). Raises :class:`PlacementError`; :func:`assign_hosts` calls it."""
+    if placement not in PLACEMENTS:
+        raise PlacementError(f"--placement must be one of {PLACEMENTS}, got {placement!r}")
+    if isinstance(hosts, bool) or not isinstance(hosts, numbers.Integral) or hosts < 1:
+        raise PlacementError(f"--hosts must be an integer >= 1, got {hosts!r}")
+    if placement == "dedicated" and hosts != 1:
+        raise PlacementError(
+            f"--hosts {hosts}: --hosts applies to --placement packed (dedicated gives every "
+            "participant its own host)"
+        )
+
+
 def assign_hosts(specs: list[NodeSpec], placement: str, hosts: int) -> list[int]:
     """Host index of every spec: packable nodes in contiguous balanced blocks over ``hosts`` hosts,
-    then one host per remaining node. ``dedicated``: one host per node."""
-    if placement not in PLACEMENTS:
-        raise PlacementError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+    then one host per remaining node. ``dedicated``: one host per node. Every check of the
+    placement is here (:func:`check_placement`, the dedicated actor cap, hosts ≤ packable nodes)."""
+    check_placement(placement, hosts)
     if placement == "dedicated":
         if len(specs) > MAX_DEDICATED:
             raise PlacementError(
@@ -84,8 +100,6 @@ def assign_hosts(specs: list[NodeSpec], placement: str, hosts: int) -> list[int]
                 "--placement packed --hosts N"
             )
         return list(range(len(specs)))
-    if hosts < 1:
-        raise PlacementError(f"hosts must be >= 1, got {hosts}")
     packable = [i for i, s in enumerate(specs) if s.packable]
     if packable and hosts > len(packable):
         raise PlacementError(

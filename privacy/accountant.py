@@ -32,10 +32,11 @@ with RDP) and choose the RDP orders (``rdp_orders``). Subsampled Gaussians
 are accounted by RDP only.
 
 Neighbouring relation. Events carry the sensitivity of *their* unit's neighbouring relation:
-for LDP any input of a user may be replaced by any other (clipped coordinates differ by ≤ 2δ,
-``laplace_vector_event``); for edge-level central DP the caller states the sensitivity of its
-edge relation. Laplace and Gaussian releases are then the pair "noise vs noise shifted by the
-sensitivity" whatever the relation; randomized response is analysed under REPLACE_ONE.
+for LDP any input of a user may be replaced by any other (coordinates clipped to [−clip, clip]
+differ by ≤ 2·clip, ``laplace_vector_event``); for edge-level central DP the caller states the
+sensitivity of its edge relation. Laplace and Gaussian releases are then the pair "noise vs
+noise shifted by the sensitivity" whatever the relation; randomized response is analysed under
+REPLACE_ONE.
 
 Randomized response with ε = β is represented as ``RandomizedResponseDpEvent(p = 2/(1+e^β),
 2 buckets)``. A ``LaplaceDpEvent`` with ε = β has the same single-release ε but is *not* a
@@ -96,21 +97,22 @@ SUPPORTED_EVENTS = ", ".join(
 # ---------------------------------------------------------------------------- event helpers
 
 
-def laplace_vector_event(delta_clip: float, lam: float, n_coords: int) -> dp_event.DpEvent:
-    """Laplace(0, λ) on n coordinates each clipped to [−δ, δ]: L1 sensitivity 2δn, so
-    ``LaplaceDpEvent(noise_multiplier = λ / (2δn))`` and ε = 2δn/λ."""
-    delta_clip, lam, n_coords = float(delta_clip), float(lam), int(n_coords)
-    if not (math.isfinite(delta_clip) and delta_clip > 0):
-        raise ValueError(f"clip bound must be finite and positive, got {delta_clip!r}")
-    if not (math.isfinite(lam) and lam >= 0):
-        raise ValueError(f"Laplace scale lam must be finite and >= 0, got {lam!r}")
+def laplace_vector_event(clip: float, laplace_scale: float, n_coords: int) -> dp_event.DpEvent:
+    """Laplace(0, b) noise (b = ``laplace_scale``) on n coordinates each clipped to
+    [−clip, clip]: L1 sensitivity 2·clip·n, so
+    ``LaplaceDpEvent(noise_multiplier = b / (2·clip·n))`` and ε = 2·clip·n/b."""
+    clip, laplace_scale, n_coords = float(clip), float(laplace_scale), int(n_coords)
+    if not (math.isfinite(clip) and clip > 0):
+        raise ValueError(f"clip must be finite and positive, got {clip!r}")
+    if not (math.isfinite(laplace_scale) and laplace_scale >= 0):
+        raise ValueError(f"laplace_scale must be finite and >= 0, got {laplace_scale!r}")
     if n_coords < 0:
         raise ValueError(f"n_coords must be >= 0, got {n_coords}")
     if n_coords == 0:
         return dp_event.NoOpDpEvent()
-    if lam == 0:
+    if laplace_scale == 0:
         return dp_event.NonPrivateDpEvent()
-    return dp_event.LaplaceDpEvent(noise_multiplier=lam / (2.0 * delta_clip * n_coords))
+    return dp_event.LaplaceDpEvent(noise_multiplier=laplace_scale / (2.0 * clip * n_coords))
 
 
 def randomized_response_event(beta: float) -> dp_event.DpEvent:

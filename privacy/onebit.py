@@ -2,22 +2,22 @@
 (Zheng et al., "Decentralized Graph Neural Network for Privacy-Preserving Recommendation",
 CIKM 2023, §3.3, eq. 5 and eq. 6).
 
-Every element g of a gradient is clipped to [−δ, δ] (δ: the ``clip`` argument) and sent as one
-bit x* ∈ {−1, +1} with (eq. 5, binary randomized response with strength β)
+Every element g of a gradient is clipped to [−C, C] (C: the ``clip`` argument; the paper writes
+it δ) and sent as one bit x* ∈ {−1, +1} with (eq. 5, binary randomized response with strength β)
 
-    P[x* = +1 | g] = 1/2 + (g / δ) · (e^β − 1) / (2 (e^β + 1)),      g ← clip(g, −δ, δ)
+    P[x* = +1 | g] = 1/2 + (g / C) · (e^β − 1) / (2 (e^β + 1)),      g ← clamp(g, −C, C)
     P[x* = −1 | g] = 1 − P[x* = +1 | g],
 
-so that P ranges over [1/(e^β + 1), e^β/(e^β + 1)] and E[x* | g] = (g / δ)(e^β − 1)/(e^β + 1).
+so that P ranges over [1/(e^β + 1), e^β/(e^β + 1)] and E[x* | g] = (g / C)(e^β − 1)/(e^β + 1).
 The receiver decodes k bit vectors of the same coordinates with (eq. 6)
 
-    ḡ = δ (e^β + 1) / (e^β − 1) · (1/k) Σ_k x*_k,
+    ḡ = C (e^β + 1) / (e^β − 1) · (1/k) Σ_k x*_k,
 
 an unbiased estimate of the mean of the k *clipped* gradients, with per-element variance
-(scale² − g²)/k for one source, scale = δ(e^β + 1)/(e^β − 1).
+(scale² − g²)/k for one source, scale = C(e^β + 1)/(e^β − 1).
 
 Privacy: for any two inputs g, g' and any output b, P[b | g] / P[b | g'] ≤
-(e^β/(e^β + 1)) / (1/(e^β + 1)) = e^β, so each element is β-LDP (ε = β, δ = 0); a vector of
+(e^β/(e^β + 1)) / (1/(e^β + 1)) = e^β, so each element is β-LDP (ε = β, DP δ = 0); a vector of
 n_s elements costs n_s·β by basic composition (see DESIGN.md, "Privacy accounting").
 """
 
@@ -41,7 +41,7 @@ def _check_params(clip: float, beta: float) -> tuple[float, float]:
 
 
 def onebit_scale(clip: float, beta: float) -> float:
-    """Decoding scale δ (e^β + 1) / (e^β − 1) of eq. 6 (also the magnitude of one decoded bit)."""
+    """Decoding scale clip·(e^β + 1) / (e^β − 1) of eq. 6 (also the magnitude of one decoded bit)."""
     clip, beta = _check_params(clip, beta)
     return clip / math.tanh(beta / 2.0)  # (e^β + 1)/(e^β − 1) = coth(β/2), stable for small β
 
@@ -53,7 +53,7 @@ def onebit_epsilon(beta: float) -> float:
 
 
 def onebit_probability(grad: ArrayLike, clip: float, beta: float) -> ArrayLike:
-    """P[x* = +1 | g] of eq. 5 for every element of ``grad`` (after clipping to [−δ, δ]);
+    """P[x* = +1 | g] of eq. 5 for every element of ``grad`` (after clipping to [−clip, clip]);
     same container type as ``grad`` (float64 for numpy, the input's float dtype for torch)."""
     clip, beta = _check_params(clip, beta)
     half_gap = math.tanh(beta / 2.0) / 2.0  # (e^β − 1) / (2 (e^β + 1))
@@ -75,8 +75,8 @@ def encode_onebit(
     beta: float,
     generator: np.random.Generator | torch.Generator | None,
 ) -> ArrayLike:
-    """Eq. 5: clip every element of ``grad`` to [−δ, δ] and replace it by +1 with probability
-    1/2 + (g/δ)(e^β − 1)/(2(e^β + 1)), else −1. Returns int8 ±1 of ``grad``'s shape: a numpy
+    """Eq. 5: clip every element of ``grad`` to [−clip, clip] and replace it by +1 with
+    probability 1/2 + (g/clip)(e^β − 1)/(2(e^β + 1)), else −1. Returns int8 ±1 of ``grad``'s shape: a numpy
     array for numpy input (``generator`` must be a ``np.random.Generator``), a torch tensor on
     ``grad``'s device for torch input (``generator`` a ``torch.Generator`` or None)."""
     p_plus = onebit_probability(grad, clip, beta)
@@ -93,7 +93,7 @@ def encode_onebit(
 
 def decode_onebit_mean(bits: ArrayLike, clip: float, beta: float) -> ArrayLike:
     """Eq. 6: from ``bits`` [k, n] (k encoded vectors of the same n coordinates, entries ±1; a
-    1-D [n] input is one vector) return float32 [n] = δ(e^β+1)/(e^β−1) · mean over k, the
+    1-D [n] input is one vector) return float32 [n] = clip·(e^β+1)/(e^β−1) · mean over k, the
     unbiased estimate of the mean of the k clipped gradients. Same container type as ``bits``."""
     scale = onebit_scale(clip, beta)
     if isinstance(bits, torch.Tensor):

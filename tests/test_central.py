@@ -16,6 +16,7 @@ from data.registry import load_dataset
 from data.synthetic import synthetic
 from data.types import RecDataset
 from engine import RunSettings, run
+from engine.report import read_rows
 from models.bpr import sample_negatives
 from models.central import build_trainer
 from models.lightgcn import LightGCN, RankingTrainer, train_central
@@ -55,7 +56,7 @@ def run_central(dataset, params, tmp_path, rounds=2, **settings):
         **settings,
     )
     run_dir, summary = run(s, dataset)
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_rows(run_dir)
     return run_dir, summary, rows
 
 
@@ -233,7 +234,7 @@ def test_models_that_do_not_fit_the_dataset_are_refused(small):
 # --------------------------------------------------------------------------- refactors == old code
 
 
-def old_lightgcn_train_central(dataset, *, epochs, dim, lr, reg, batch_size, seed, eval_k):
+def old_lightgcn_train_central(dataset, *, epochs, dim, lr, l2, batch_size, seed, eval_k):
     """models/lightgcn.py's train_central before the trainer refactor (commit 9695a95)."""
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -253,7 +254,7 @@ def old_lightgcn_train_central(dataset, *, epochs, dim, lr, reg, batch_size, see
         for start in range(0, len(order), batch_size):
             b = order[start : start + batch_size]
             u, i, j = (torch.from_numpy(a[b]) for a in (users_all, pos_all, neg_all))
-            loss = model.loss(u, i, j, reg)
+            loss = model.loss(u, i, j, l2)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -270,7 +271,7 @@ def old_lightgcn_train_central(dataset, *, epochs, dim, lr, reg, batch_size, see
 
 
 def test_lightgcn_wrapper_equals_the_old_function(small):
-    kw = {"epochs": 3, "dim": 8, "lr": 0.02, "reg": 1e-4, "batch_size": 100, "seed": 7}
+    kw = {"epochs": 3, "dim": 8, "lr": 0.02, "l2": 1e-4, "batch_size": 100, "seed": 7}
     _, new = train_central(small, eval_k=10, **kw)
     assert new == old_lightgcn_train_central(small, eval_k=10, **kw)
     logged = []

@@ -161,6 +161,6 @@ def test_local_graph_equals_central_two_hop_view():
 
 def test_central_training_beats_popularity():
     ds = synthetic(n_users=150, n_items=120, avg_interactions=12, seed=0)
-    _, metrics = train_central(ds, epochs=40, dim=32, lr=0.01, reg=1e-4, batch_size=256, seed=0)
+    _, metrics = train_central(ds, epochs=40, dim=32, lr=0.01, l2=1e-4, batch_size=256, seed=0)
     pop = popularity_metrics(ds)
     assert metrics["recall@20"] > pop["recall@20"] * 1.1, (metrics, pop)

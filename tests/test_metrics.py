@@ -12,10 +12,12 @@ import torch
 from models.metrics import (
     full_ranking_metrics,
     mae,
+    mrr_from_first_hit,
     next_item_metrics,
     own_table_ranking_metrics,
     popularity_scores,
     ranking_metrics,
+    recall_from_hits,
     rmse,
     topk_excluding,
 )
@@ -225,7 +227,15 @@ def test_next_item_metrics_hand_case_and_consistency_with_topk():
     top = topk_excluding(s, [np.array([], dtype=int)] * 40, 5)
     via_topk = ranking_metrics(top, [np.array([x]) for x in t.tolist()], ks=(5,))
     np.testing.assert_array_equal(m["recall@5"], via_topk["recall@5"])
-    np.testing.assert_allclose(m["mrr@5"], via_topk["mrr@5"])
+    np.testing.assert_array_equal(m["mrr@5"], via_topk["mrr@5"])  # one formula for both
+
+
+def test_recall_and_mrr_formulas():
+    np.testing.assert_array_equal(
+        recall_from_hits(np.array([0.0, 1.0, 2.0]), np.array([1, 2, 4])), [0, 0.5, 0.5]
+    )
+    found, first = np.array([False, True, True]), np.array([0, 0, 3])
+    np.testing.assert_array_equal(mrr_from_first_hit(found, first), [0.0, 1.0, 0.25])
 
 
 def test_next_item_metrics_errors():

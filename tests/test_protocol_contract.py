@@ -70,8 +70,12 @@ def test_privacy_report_reads_as_the_summary_record():
     )
     flat = r.as_dict()
     assert flat["epsilon"] == 12.5 and flat["privacy_delta"] == 1e-5 and flat["n_s"] == 7
-    assert flat["paper_claim"] == {"value": 0.54, "what": "RDP ε at order 1.5", "kind": "epsilon",
-                                   "composed": None}
+    assert flat["paper_claim"] == {
+        "value": 0.54,
+        "what": "RDP ε at order 1.5",
+        "kind": "epsilon",
+        "composed": None,
+    }
     assert r["attacks"] == {"f1": 0.3} and r.get("missing") is None and r.private
     assert not PrivacyReport("none", math.inf).private
     row = r.figures()

@@ -7,7 +7,6 @@ import math
 import pytest
 
 from benchmarks.run_report import RunDirError, summarize
-from protocols.base import PaperClaim, PrivacyReport
 from engine.report import (
     RunReport,
     _plotted_metric,
@@ -18,6 +17,7 @@ from engine.report import (
     privacy_scalars,
     read_rows,
 )
+from protocols.base import PaperClaim, PrivacyReport
 
 
 def write_run(tmp_path, rows, summary=None):
@@ -79,7 +79,10 @@ def plot_rows(rounds=5, eps=None, paper=None, metric="recall@20", bytes_per_roun
                 1e-5,
                 delta_spent=min(1.0, delta * (rnd + 1)),
                 paper=PaperClaim(
-                    delta / 2, "δ per release", kind="delta", composed=min(1.0, delta / 2 * (rnd + 1))
+                    delta / 2,
+                    "δ per release",
+                    kind="delta",
+                    composed=min(1.0, delta / 2 * (rnd + 1)),
                 ),
             )
         rows.append(
@@ -136,7 +139,11 @@ def test_privacy_points_read_the_rigorous_and_the_paper_figures():
     rows = plot_rows(eps=2.0, paper=0.5)
     assert privacy_points(rows[1])["epsilon"] == 4.0
     assert privacy_points(rows[1])["epsilon_paper"] == 0.5
-    details = {"epsilon": 9.0, "paper_stated_rdp": {"order": 1.5, "epsilon": 0.54}, "mechanism": "x"}
+    details = {
+        "epsilon": 9.0,
+        "paper_stated_rdp": {"order": 1.5, "epsilon": 0.54},
+        "mechanism": "x",
+    }
     flat = privacy_scalars(details)
     assert flat == {"epsilon": 9.0, "paper_stated_rdp.order": 1.5, "paper_stated_rdp.epsilon": 0.54}
     report = PrivacyReport("onebit", 9.0, paper=PaperClaim(0.54, "RDP ε at order 1.5"))

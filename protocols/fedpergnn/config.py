@@ -28,8 +28,8 @@ class FedPerGNNConfig(ProtocolConfig):
     lr_user: float = 0.5  # local SGD on e_u
     user_steps: int = 1  # local SGD steps on e_u per participation (LightGCN backbone)
     l2: float = 1e-3  # α
-    clip: float = 5e-4  # δ
-    laplace_scale: float = 1e-5  # λ of the Laplace noise (0: no noise)
+    clip: float = 5e-4  # clipping bound of every uploaded coordinate (the paper's δ)
+    laplace_scale: float = 1e-5  # scale of the Laplace noise (the paper's λ; 0: no noise)
     # where the Laplace noise goes: "thesis" — each user perturbs every uploaded coordinate,
     # clip(·, −δ, δ) + Laplace(0, λ) (the thesis's ε = 2δ/λ per coordinate, local DP against the
     # server); "authors_code" — as the authors' code: uploads are only clipped, and after each

@@ -1,6 +1,6 @@
-"""FedPerGNN's GAT backbone (``backbone = "gat"``): what a sampled user computes in a round and at
-evaluation, and the server's step on the averaged uploads. The model and its equations are in
-models/fedpergnn_gat.py.
+"""FedPerGNN's GAT backbone (``backbone = "gat"``): what a sampled user computes in a round
+(``train_users``) and at evaluation (``evaluate_held_out``), and the server's step on the averaged
+uploads. The model and its equations are in models/fedpergnn_gat.py.
 
 Round (step 3 of protocols/fedpergnn): the user receives E (all item embeddings) and the flat GAT
 weights θ; on its local subgraph u – I_u – U_u it computes r̂_ui = h_u·h_i and
@@ -10,8 +10,8 @@ L_u = MSE over its own ratings + α L2; it takes e_u ← e_u − η ∂L_u/∂e_
   the real rows, rows sorted by item id;
 * ``gat_grads``:  ∂L_u/∂θ (one dense vector);
 
-every coordinate clipped to [−δ, δ] plus Laplace(0, λ). The server averages each over the
-uploads and takes one Adam step on (E, θ).
+every coordinate clipped to [−clip, clip] plus Laplace(0, b) noise (b: ``upload_laplace``). The
+server averages each over the uploads and takes one Adam step on (E, θ).
 
 Each user's forward/backward is its own autograd graph (a loop over the host's users): the
 gradient of the shared θ must be each user's alone, which one stacked graph would not give.
@@ -85,7 +85,7 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         n.report("loss", loss.item())
 
 
-def evaluate_users(nodes: list, inboxes: list) -> None:
+def evaluate_held_out(nodes: list, inboxes: list) -> None:
     """Step 5: each user with held-out ratings predicts them (clamped to the rating range) and
     reports its squared-error sum and count; the driver forms RMSE = √(Σ sq / Σ n)."""
     e_list = decode_shared(inboxes, "eval_item_embeddings", wire.decode_dense)

@@ -1,14 +1,16 @@
 """FedPerGNN's LightGCN backbone (``backbone = "lightgcn"``, the FedLightGCN thesis): what the
-sampled users of one host compute in a round, and at evaluation. The model is
-models/lightgcn.py's (``build_local_graphs``, ``local_forward``).
+sampled users of one host compute in a round (``train_users``) and at evaluation
+(``evaluate_held_out``). The model is models/lightgcn.py's (``build_local_graphs``,
+``local_forward``).
 
 Round (step 3 of protocols/fedpergnn/protocol.py): the user receives E; on its local subgraph
 u – I_u – U_u it computes h_u (K layers, mean of layers), pairs each of |Ĩ_u| sampled negatives
 with a random positive and takes BPR + α L2 with s_ui = h_u·e_i; it updates
 e_u ← e_u − η ∂L_u/∂e_u locally (``user_steps`` steps: the first S − 1 with E fixed on the same
 pairs, the last one beside the item gradients) and uploads ``item_grads``: ∂L_u/∂e_i for its
-positives and negatives plus M pseudo items, every coordinate clipped to [−δ, δ] plus
-Laplace(0, λ), rows sorted by item id (privacy/ldp.py ``perturbed_upload``).
+positives and negatives plus M pseudo items, every coordinate clipped to [−clip, clip] plus
+Laplace(0, b) noise (b: ``upload_laplace``), rows sorted by item id (privacy/ldp.py
+``perturbed_upload``).
 
 All the host's users run in one stacked pass: their local graphs are disjoint, so row b of every
 gradient is user b's alone (tests/test_fedpergnn_protocol.py checks it against one user alone).
@@ -24,7 +26,7 @@ from models.bpr import neg_log_sigmoid
 from models.lightgcn import build_local_graphs, local_forward
 from nodes.node import decode_shared, expect_kinds
 from privacy.ldp import choose_pseudo_items, perturbed_upload
-from protocols.evaluation import evaluate_users as rank_items
+from protocols import evaluation
 from protocols.fedpergnn import messages as msg
 from protocols.fedpergnn.config import upload_laplace
 
@@ -82,8 +84,8 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         count = max(len(k), 1)
         x, g, g_pos, grad_h[b] = _pair_gradients(h[b], e_pos[b], e_neg, k)
         c_pos = torch.bincount(k, minlength=n_pos[b]).to(g.dtype)
-        reg = (c_pos @ e_pos[b].pow(2).sum(-1) + e_neg.pow(2).sum()) / count
-        loss = (neg_log_sigmoid(x).sum() / count + 0.5 * c.l2 * reg).item()
+        norm = (c_pos @ e_pos[b].pow(2).sum(-1) + e_neg.pow(2).sum()) / count
+        loss = (neg_log_sigmoid(x).sum() / count + 0.5 * c.l2 * norm).item()
         own = 0.5 * c.l2 * users[b].detach().pow(2).sum().item()
         per_user.append((g, g_pos, c_pos, loss + own))
     h_u.backward(grad_h)  # through the local graphs: ∂L/∂e_u and ∂L/∂E[I_u] of the graph
@@ -150,13 +152,13 @@ def representations(nodes: list, e_list: list[np.ndarray]) -> torch.Tensor:
         return local_forward(graphs, user, items, nbr, nodes[0].config.layers)
 
 
-def evaluate_users(nodes: list, inboxes: list) -> None:
+def evaluate_held_out(nodes: list, inboxes: list) -> None:
     """Step 4: each user with held-out items ranks every item it has not trained on by h_u·e_i
-    (Recall/NDCG@k, protocols/evaluation.py ``evaluate_users``)."""
+    and reports its ranking metrics (protocols/evaluation.py ``evaluate_users``)."""
     e_list = decode_shared(inboxes, "eval_item_embeddings", wire.decode_dense)
     users = [(n, e) for n, e in zip(nodes, e_list) if len(n.test_items)]
     k = nodes[0].config.eval_k
     for start in range(0, len(users), EVAL_CHUNK):
         chunk = users[start : start + EVAL_CHUNK]
         h = representations([n for n, _ in chunk], [e for _, e in chunk])
-        rank_items([n for n, _ in chunk], h, [e for _, e in chunk], k)
+        evaluation.evaluate_users([n for n, _ in chunk], h, [e for _, e in chunk], k)

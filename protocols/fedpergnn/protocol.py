@@ -117,7 +117,9 @@ class FedPerGNN(Protocol):
     PAPER = PaperFigure(
         on="gowalla",
         method={"recall@20": 0.1661, "ndcg@20": 0.1390},
-        baselines={"central:lightgcn": ("central LightGCN", {"recall@20": 0.1777, "ndcg@20": 0.1524})},
+        baselines={
+            "central:lightgcn": ("central LightGCN", {"recall@20": 0.1777, "ndcg@20": 0.1524})
+        },
         source="FedLightGCN thesis, gowalla",
     )
 

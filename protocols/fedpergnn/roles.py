@@ -369,7 +369,7 @@ class User(Node):
         if phase == "train":
             backbone.train_users(nodes, inboxes, SERVER)
         elif phase == "eval":
-            backbone.evaluate_users(nodes, inboxes)
+            backbone.evaluate_held_out(nodes, inboxes)
         else:
             super().handle_batch(nodes, phase, inboxes)
 

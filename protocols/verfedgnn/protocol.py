@@ -88,8 +88,8 @@ from privacy.accountant import (
     approx_dp_event,
     laplace_vector_event,
 )
-from privacy.ternary import ternary_delta
 from privacy.ldp import laplace_epsilon_per_coordinate
+from privacy.ternary import ternary_delta
 from protocols.base import MainMetric, PaperClaim, PaperFigure, PrivacyReport, Protocol
 from protocols.verfedgnn import attack
 from protocols.verfedgnn.aggregation import exchange_schedule
