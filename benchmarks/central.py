@@ -20,7 +20,7 @@ import time
 from benchmarks.common import parse_key_values, write_result
 from cluster.runtime import start_or_join
 from data.registry import load_dataset
-from engine import deploy
+from engine import deploy, rounds
 from models.baselines import popularity_metrics
 from protocols.base import build_config
 from protocols.central.config import CentralConfig
@@ -38,14 +38,22 @@ def train_model(
     dep = deploy(protocol, gpus_per_host=gpus)
     setup = time.perf_counter() - t0
     curve, train_seconds = [], 0.0
+    eval_started = eval_seconds = 0.0  # the round's evaluation, kept out of train_seconds
+
+    def evaluating(on: bool) -> None:
+        nonlocal eval_started, eval_seconds
+        if on:
+            eval_started = time.perf_counter()
+        else:
+            eval_seconds = time.perf_counter() - eval_started
+
     try:
         device = dep.host_info()[0]["device"]
-        for r in range(epochs):
-            t1 = time.perf_counter()
-            train = protocol.run_round(dep, r)
-            train_seconds += time.perf_counter() - t1
-            if (r + 1) % every == 0 or r == epochs - 1:
-                curve.append({"epoch": r + 1, **train, **protocol.evaluate(dep, r)})
+        for res in rounds(protocol, dep, epochs, eval_every=every, evaluating=evaluating):
+            r = res.round
+            train_seconds += res.seconds - (eval_seconds if res.evaluated else 0.0)
+            if res.evaluated:
+                curve.append({"epoch": r + 1, **res.train, **res.metrics})
                 print(params["model"], curve[-1], flush=True)
                 if on_eval is not None:
                     on_eval(

@@ -24,9 +24,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 NAME = "fedlightgcn-round-gowalla"
 PHASES = ("download", "train", "aggregate")
+
+
+def _rounds_before_loop(protocol, dep, stop: int, **_):
+    """What ``engine.rounds`` times, for a ``--before-tree`` checkout older than it: begin_round
+    and run_round, no evaluation."""
+    for t in range(stop):
+        t0 = time.perf_counter()
+        dep.begin_round(t)
+        train = protocol.run_round(dep, t)
+        yield SimpleNamespace(round=t, train=train, seconds=time.perf_counter() - t0)
 
 
 def measure(args) -> dict:
@@ -35,6 +46,11 @@ def measure(args) -> dict:
     from engine import deploy
     from protocols.base import build_config
     from protocols.fedpergnn.protocol import FedLightGCN
+
+    try:
+        from engine import rounds
+    except ImportError:  # a --before-tree checkout from before the one round loop
+        rounds = _rounds_before_loop
 
     ds = load_dataset("gowalla", data_dir=args.data_dir)
     params = {
@@ -47,13 +63,10 @@ def measure(args) -> dict:
     dep = deploy(protocol, "packed", args.hosts)
     try:
         seconds, losses = [], []
-        for r in range(args.rounds + 1):
-            t0 = time.perf_counter()
-            dep.begin_round(r)
-            out = protocol.run_round(dep, r)
-            seconds.append(time.perf_counter() - t0)
-            losses.append(out["loss"])
-            print(f"round {r}: {seconds[-1]:.2f} s, loss {out['loss']:.6f}", flush=True)
+        for res in rounds(protocol, dep, args.rounds + 1, eval_every=0, evaluate_last=False):
+            seconds.append(res.seconds)  # begin_round (snapshots) and the round, no evaluation
+            losses.append(res.train["loss"])
+            print(f"round {res.round}: {seconds[-1]:.2f} s, loss {losses[-1]:.6f}", flush=True)
         phases = {
             p: statistics.median(s["wall"] for s in dep.steps if s["round"] > 0 and s["phase"] == p)
             for p in PHASES

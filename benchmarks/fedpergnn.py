@@ -23,6 +23,7 @@ from benchmarks.common import write_result
 from cluster.runtime import start_or_join
 from data.registry import load_dataset
 from engine import deploy
+from engine import rounds as round_loop  # `rounds` is the round count below
 from models.baselines import popularity_metrics
 from models.lightgcn import train_central
 from models.rating_gnn import build_rating_gnn, global_mean_rmse
@@ -65,11 +66,9 @@ def federated(name: str, dataset, params: dict, rounds: int, eval_every: int) ->
     dep = deploy(protocol, hosts=1)
     curve = []
     try:
-        for r in range(rounds):
-            train = protocol.run_round(dep, r)
-            if (r + 1) % eval_every == 0 or r == rounds - 1:
-                m = protocol.evaluate(dep, r)
-                curve.append({"round": r + 1, "loss": train["loss"], **m})
+        for res in round_loop(protocol, dep, rounds, eval_every=eval_every):
+            if res.evaluated:
+                curve.append({"round": res.round + 1, "loss": res.train["loss"], **res.metrics})
                 print(name, curve[-1], flush=True)
         last_round = dep.ledger.by_kind(round_=rounds - 1)
         return {
@@ -82,7 +81,9 @@ def federated(name: str, dataset, params: dict, rounds: int, eval_every: int) ->
             "bytes_last_round_by_kind": last_round,
             "bytes_eval": dep.ledger.eval_total(),
             "privacy": {
-                k: v for k, v in protocol.privacy().items() if k not in ("accountant", "mechanism")
+                k: v
+                for k, v in protocol.privacy().as_dict().items()
+                if k not in ("accountant", "mechanism")
             },
             "wall_seconds": time.perf_counter() - t0,
         }
@@ -265,7 +266,7 @@ def main() -> None:
             ds,
             epochs=args.central_epochs,
             lr=1e-3,
-            reg=1e-4,
+            l2=1e-4,
             eval_every=max(1, args.central_epochs // 5),
             log=lambda e, mm: (
                 curve.append({"epoch": e, **mm}),

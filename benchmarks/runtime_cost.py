@@ -13,22 +13,24 @@ import time
 from benchmarks.common import write_result
 from cluster.runtime import start_or_join
 from data.synthetic import synthetic
-from engine import deploy
+from engine import deploy, run_rounds
+from nodes.conditions import Conditions
 from protocols.base import build_config
 from protocols.fedmf.protocol import FedMF
 from protocols.ping import Ping
 
 
 def measure(protocol, hosts: int, rounds: int) -> dict:
+    """Seconds per round (no evaluation; no snapshots, whose cost benchmarks.conditions
+    snapshot-cost measures) and the shares of the rounds after the first."""
     t0 = time.perf_counter()
-    dep = deploy(protocol, "packed", hosts)
+    dep = deploy(protocol, "packed", hosts, conditions=Conditions(snapshot_every=0))
     setup = time.perf_counter() - t0
     try:
-        per_round = []
-        for r in range(rounds):
-            t = time.perf_counter()
-            protocol.run_round(dep, r)
-            per_round.append(time.perf_counter() - t)
+        per_round = [
+            res.seconds
+            for res in run_rounds(protocol, dep, rounds, eval_every=0, evaluate_last=False)
+        ]
         steps = dep.steps[len(dep.steps) // rounds :]  # skip the first round's steps (warm-up)
         wall = sum(s["wall"] for s in steps)
         return {

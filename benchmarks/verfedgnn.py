@@ -76,17 +76,16 @@ def central(ds, kind: str, epochs: int, seed: int, thd: float = 4.0) -> dict:
 
 def federated(ds, params: dict, rounds: int, every: int, seed: int) -> dict:
     from engine import deploy
+    from engine import rounds as round_loop
 
     proto = VerFedGNN(ds, build_config(VerFedGNN.Config, params), seed=seed)
     dep = deploy(proto, "packed")
     curve = []
     t0 = time.perf_counter()
     try:
-        for r in range(rounds):
-            train = proto.run_round(dep, r)
-            if (r + 1) % every == 0 or r == rounds - 1:
-                m = proto.evaluate(dep, r)
-                curve.append({"round": r + 1, "loss": train["loss"], **m})
+        for res in round_loop(proto, dep, rounds, eval_every=every):
+            if res.evaluated:
+                curve.append({"round": res.round + 1, "loss": res.train["loss"], **res.metrics})
                 print(params, curve[-1], flush=True)
         wall = time.perf_counter() - t0
         c = proto.config
@@ -123,7 +122,7 @@ def federated(ds, params: dict, rounds: int, every: int, seed: int) -> dict:
             n_public=proto.n_public, s=s, rows=rows, dim=c.dim, n_layers=c.layers
         ),
         "psi_bytes": psi_bytes,
-        "privacy": proto.privacy(),
+        "privacy": proto.privacy().as_dict(),
         "wall_seconds": wall,
         "seconds_per_iteration": wall / rounds,
     }
@@ -134,7 +133,7 @@ def attack_table(ds, rounds: int, seed: int, p_ads: list[float], projection: str
     through the protocol's real messages (``attack = true``, evaluated after ``rounds``
     iterations); beside it ``simulate`` on the victim's trained item embeddings and honest edges
     (VerFedGNN with a fresh Φ, the unprojected aggregate, FedPerGNN-style)."""
-    from engine import deploy
+    from engine import deploy, run_rounds
     from protocols.verfedgnn.attack import simulate
 
     out = {}
@@ -145,9 +144,7 @@ def attack_table(ds, rounds: int, seed: int, p_ads: list[float], projection: str
         dep = deploy(proto, "packed")
         t0 = time.perf_counter()
         try:
-            for r in range(rounds):
-                proto.run_round(dep, r)
-            metrics = proto.evaluate(dep, rounds - 1)
+            metrics = run_rounds(proto, dep, rounds, eval_every=0)[-1].metrics  # the last only
             emb = dep.call("party/1", "get_item_embeddings")
         finally:
             dep.close()
@@ -203,7 +200,8 @@ def scale_run(ds, q: int, args) -> dict:
     """Iterations per second with P parties on ``ds``, PSI off (RSA blind signatures for every
     user would dominate; not timed here), Φ with ``q`` rows (-1: the default N/5; 0: no
     projection), timed per phase from the deployment's steps; peak RSS of every host process."""
-    from engine import deploy
+    from engine import deploy, rounds
+    from nodes.conditions import Conditions
 
     params = {"parties": args.parties, "gnn": args.gnn, "psi": False}
     params["projection"] = args.scale_projection
@@ -213,15 +211,15 @@ def scale_run(ds, q: int, args) -> dict:
         params["projection_dim"] = q
     t0 = time.perf_counter()
     proto = VerFedGNN(ds, build_config(VerFedGNN.Config, params), seed=args.seed)
-    dep = deploy(proto, "packed")
+    # no snapshots: the iterations are timed (and the parties' memory taken) without them, as
+    # before the one round loop; their cost is benchmarks.conditions snapshot-cost's figure
+    dep = deploy(proto, "packed", conditions=Conditions(snapshot_every=0))
     setup_s = time.perf_counter() - t0
     iters = []
     try:
-        for r in range(args.scale_rounds):
-            t0 = time.perf_counter()
-            proto.run_round(dep, r)
-            iters.append(time.perf_counter() - t0)
-            print(ds.n_users, q, "iteration", r, f"{iters[-1]:.1f} s", flush=True)
+        for res in rounds(proto, dep, args.scale_rounds, eval_every=0, evaluate_last=False):
+            iters.append(res.seconds)
+            print(ds.n_users, q, "iteration", res.round, f"{iters[-1]:.1f} s", flush=True)
         phases: dict[str, dict[str, float]] = {}
         for st in dep.steps:
             ph = phases.setdefault(st["phase"], {"wall": 0.0, "compute_max": 0.0, "codec_max": 0.0})

@@ -102,6 +102,7 @@ def run_privrec(n: int, fail: float, rounds: int, hosts: int, interval: float) -
     from cluster.runtime import start_or_join
     from data.synthetic import synthetic
     from engine import deploy
+    from engine import rounds as round_loop
     from nodes.conditions import Conditions
     from protocols.base import build_config
     from protocols.echo import SERVER, Echo
@@ -119,14 +120,11 @@ def run_privrec(n: int, fail: float, rounds: int, hosts: int, interval: float) -
         dep = deploy(protocol, "packed", hosts, conditions=conditions)
         t2 = time.perf_counter()
         seconds, uploads = [], []
-        for r in range(rounds):
-            t = time.perf_counter()
-            dep.begin_round(r)
-            out = protocol.run_round(dep, r)
-            seconds.append(time.perf_counter() - t)
-            uploads.append(int(out["uploads"]))
+        for res in round_loop(protocol, dep, rounds, eval_every=0, evaluate_last=False):
+            seconds.append(res.seconds)  # begin_round .. the round's last superstep
+            uploads.append(int(res.train["uploads"]))
             print(
-                f"  privrec N={n} fail={fail:g} round {r}: {seconds[-1]:.3f} s, "
+                f"  privrec N={n} fail={fail:g} round {res.round}: {seconds[-1]:.3f} s, "
                 f"{uploads[-1]} replies",
                 flush=True,
             )
