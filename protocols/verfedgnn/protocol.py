@@ -88,7 +88,7 @@ from privacy.accountant import (
     approx_dp_event,
     laplace_vector_event,
 )
-from privacy.ldp import laplace_epsilon_per_coordinate
+from privacy.ldp import laplace_epsilon_per_coordinate, laplace_epsilon_vector
 from privacy.ternary import ternary_delta
 from protocols.base import MainMetric, PaperClaim, PaperFigure, PrivacyReport, Protocol
 from protocols.verfedgnn import attack
@@ -340,7 +340,9 @@ class VerFedGNN(Protocol):
                 **report,
             )
         per_coordinate = laplace_epsilon_per_coordinate(c.clip, c.laplace_scale)
-        details["epsilon_per_release"] = l1 / c.laplace_scale
+        details["epsilon_per_release"] = laplace_epsilon_vector(
+            c.clip, c.laplace_scale, self.n_public
+        )
         details["epsilon_per_coordinate"] = per_coordinate
         return PrivacyReport(
             epsilon=self.accountant.worst_epsilon(),
