@@ -666,6 +666,7 @@ def main(argv: list[str] | None = None) -> int:
     parser, args, params, dataset_opts, condition_values = parse(argv)
     if args.resume is not None:
         return _resume(parser, args, params)
+    from cluster.runtime import ClusterError
     from engine import run
     from nodes.conditions import ConditionsError
     from nodes.deployment import HostLostError, PlacementError
@@ -700,6 +701,8 @@ def main(argv: list[str] | None = None) -> int:
     except HostLostError as e:
         print(f"launch.py: run stopped: {e}", file=sys.stderr)
         return 1
+    except ClusterError as e:  # --address: nobody answers there, or the cluster wants a token
+        parser.error(f"--address: {e}")
     except ConfigError as e:  # a parameter that does not fit the dataset, found by the protocol
         parser.error(f"protocol parameter {e}")
     except UnsuitableDataError as e:
@@ -755,6 +758,7 @@ def _load(parser, args, dataset_opts: dict):
 
 def compare_main(argv: list[str]) -> int:
     """``launch.py compare ...``: 0 when at least one protocol ran, 1 when none did."""
+    from cluster.runtime import ClusterError
     from engine.compare import compare, render_text
 
     parser, args, entries, dataset_opts, condition_values = parse_compare(argv)
@@ -766,9 +770,12 @@ def compare_main(argv: list[str]) -> int:
     dataset = _load(parser, args, dataset_opts)
     if args.dry_run:
         return _compare_dry_run(entries, dataset, _settings(args, conditions))
-    cmp_dir, comparison = compare(
-        entries, dataset, _settings(args, conditions), dataset_info=dataset.meta
-    )
+    try:
+        cmp_dir, comparison = compare(
+            entries, dataset, _settings(args, conditions), dataset_info=dataset.meta
+        )
+    except ClusterError as e:  # --address: nobody answers there, or the cluster wants a token
+        parser.error(f"--address: {e}")
     print(render_text(comparison))
     print(f"comparison report: {cmp_dir / 'comparison.md'}")
     return 0 if any(r["status"] == "ok" for r in comparison["protocols"]) else 1
@@ -796,6 +803,7 @@ def _compare_dry_run(entries, dataset, base) -> int:
 
 
 def _resume(parser, args, params: dict) -> int:
+    from cluster.runtime import ClusterError
     from engine import resume
     from engine.checkpoint import CheckpointError
     from nodes.deployment import HostLostError, PlacementError
@@ -823,6 +831,8 @@ def _resume(parser, args, params: dict) -> int:
     except HostLostError as e:
         print(f"launch.py: run stopped: {e}", file=sys.stderr)
         return 1
+    except ClusterError as e:
+        parser.error(f"--address: {e}")
     _show(summary, run_dir)
     return 0
 
@@ -840,6 +850,11 @@ def _show(summary: dict, run_dir) -> None:
             "sim_seconds",
         )
     }
+    privacy = summary.get("privacy") or {}
+    if "epsilon" in privacy:  # the rigorous ε, at the δ beside it
+        shown["epsilon"] = privacy["epsilon"]
+        if "privacy_delta" in privacy:
+            shown["privacy_delta"] = privacy["privacy_delta"]
     if summary.get("faults"):
         shown["faults"] = summary["faults"]
     # the trivial baseline of the run's kind of metric, under the name summary.json gives it

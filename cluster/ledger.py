@@ -3,8 +3,9 @@
 *Logical* bytes are what a real deployment would transmit between participants: the payload of
 every message, counted once per recipient, independent of how nodes are packed onto processes.
 *Crossed* bytes are what physically travelled between Ray processes (encoded batches whose source
-and destination hosts differ). Phases whose name starts with ``eval`` are evaluation traffic and are
-reported apart from protocol traffic.
+and destination hosts differ); *crossed-node* bytes are those of them whose hosts ran on different
+Ray nodes (machines, or raylets), so they went between object stores. Phases whose name starts
+with ``eval`` are evaluation traffic and are reported apart from protocol traffic.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def is_eval_phase(phase: str) -> bool:
 class Ledger:
     logical: dict[LedgerKey, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
     crossed: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
+    crossed_nodes: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
 
     def record(self, key: LedgerKey, nbytes: int, count: int = 1) -> None:
         entry = self.logical[key]
@@ -32,17 +34,23 @@ class Ledger:
     def record_crossed(self, round_: int, phase: str, nbytes: int) -> None:
         self.crossed[(round_, phase)] += nbytes
 
+    def record_crossed_nodes(self, round_: int, phase: str, nbytes: int) -> None:
+        self.crossed_nodes[(round_, phase)] += nbytes
+
     def merge(self, other: dict) -> None:
         """Add a host's delta (as made by :meth:`export`)."""
         for key, (nbytes, count) in other["logical"]:
             self.record(tuple(key), nbytes, count)
         for (rnd, phase), nbytes in other["crossed"]:
             self.record_crossed(rnd, phase, nbytes)
+        for (rnd, phase), nbytes in other.get("crossed_nodes", ()):  # (older checkpoints: none)
+            self.record_crossed_nodes(rnd, phase, nbytes)
 
     def export(self) -> dict:
         return {
             "logical": [(k, tuple(v)) for k, v in self.logical.items()],
             "crossed": list(self.crossed.items()),
+            "crossed_nodes": list(self.crossed_nodes.items()),
         }
 
     # --- queries -------------------------------------------------------------------------------
@@ -72,6 +80,11 @@ class Ledger:
 
     def crossed_total(self, *, round_: int | None = None) -> int:
         return sum(v for (rnd, _), v in self.crossed.items() if round_ is None or rnd == round_)
+
+    def crossed_nodes_total(self, *, round_: int | None = None) -> int:
+        return sum(
+            v for (rnd, _), v in self.crossed_nodes.items() if round_ is None or rnd == round_
+        )
 
     def rows(self) -> list[dict]:
         """Every ledger entry as a JSON-able row, sorted."""

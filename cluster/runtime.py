@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
+import socket
+import sys
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +24,11 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 log = logging.getLogger(__name__)
 
 AUTH_MODE_ENV = "RAY_AUTH_MODE"  # Ray's switch for token authentication (token | disabled)
+
+
+class ClusterError(RuntimeError):
+    """The Ray cluster at ``--address`` cannot be joined, in one line that says what to do
+    (nobody answers there; it asks for a token this process does not send)."""
 
 
 @dataclass(frozen=True)
@@ -50,11 +58,9 @@ def start_or_join(
         os.environ.setdefault("RAY_DEDUP_LOGS", "1")
         kwargs = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
         if address:
-            # a cluster that asks for a token finds it the usual way (RAY_AUTH_MODE=token and
-            # RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH / ~/.ray/auth_token): nothing is changed here
-            ray.init(address=address, **kwargs)
+            _join(address, kwargs)
         else:
-            with _local_auth_mode():
+            with _local_auth_mode(), _driver_path_for_workers():
                 ray.init(num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
         started = True
     res = ray.cluster_resources()
@@ -66,6 +72,143 @@ def start_or_join(
         gpus=float(res.get("GPU", 0.0)),
         started_here=started,
     )
+
+
+def _join(address: str, kwargs: dict) -> None:
+    """``ray.init(address=...)``, or a :class:`ClusterError` in one line. A cluster that asks for
+    a token gets it the way Ray reads it (RAY_AUTH_MODE=token and RAY_AUTH_TOKEN /
+    RAY_AUTH_TOKEN_PATH / ~/.ray/auth_token); privrec never sends a token on its own. A
+    ``HOST:PORT`` is probed first (a TCP connection, then one GCS handshake), so that a wrong
+    address or a missing token fails at once rather than after Ray's retries (about 20 s, a
+    warning a second)."""
+    if address != "auto":
+        _probe(address)
+    try:
+        ray.init(address=address, **kwargs)
+    except Exception as e:  # noqa: BLE001 — ConnectionError, AuthenticationError, RuntimeError
+        if _is_auth_failure(e):
+            raise ClusterError(_auth_message(address)) from None
+        if isinstance(e, ConnectionError):
+            where = "on this machine" if address == "auto" else f"at {address}"
+            raise ClusterError(
+                f"cannot join the Ray cluster {where} ({_one_line(e)}): start one with "
+                "`ray start --head`, or pass --address HOST:PORT of its head node"
+            ) from None
+        raise
+
+
+def _probe(address: str) -> None:
+    """Fail at once, in one line, when nothing listens at ``address`` or its GCS refuses this
+    process's token (or the lack of one)."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except (OSError, ValueError) as e:
+        raise ClusterError(
+            f"no Ray cluster answers at {address} ({_one_line(e)}): start its head node with "
+            f"`ray start --head --port {port}` there, or check HOST:PORT and the firewall"
+        ) from None
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            ensure_token_if_auth_enabled,
+        )
+        from ray._raylet import GcsClient  # Ray's own client of the head's GCS (not public API)
+        from ray.exceptions import AuthenticationError
+    except ImportError:  # another Ray: ray.init says what is wrong
+        return
+    try:  # what ray.init checks first (token mode without a token: Ray's core would abort)
+        ensure_token_if_auth_enabled(None, create_token_if_missing=False)
+    except AuthenticationError:
+        raise ClusterError(
+            f"{AUTH_MODE_ENV}=token but this machine has no token for the Ray cluster at "
+            f"{address}: export RAY_AUTH_TOKEN=<its token> (`ray get-auth-token` on its head "
+            "node prints it)"
+        ) from None
+    try:
+        with _muted_stderr():  # Ray's C++ core logs the refusal on stderr before raising
+            GcsClient(address=address)
+    except AuthenticationError:
+        raise ClusterError(_auth_message(address)) from None
+    except Exception:  # noqa: BLE001 — anything else: ray.init retries and says what is wrong
+        return
+
+
+def _is_auth_failure(e: BaseException | None) -> bool:
+    """``e`` or what caused it is Ray refusing the token (ray.init wraps the refusal in a
+    ConnectionError whose cause holds it as text)."""
+    from ray.exceptions import AuthenticationError
+
+    seen = 0
+    while e is not None and seen < 10:
+        if isinstance(e, AuthenticationError) or "InvalidAuthToken" in str(e):
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+def _auth_message(address: str) -> str:
+    """What to set when the cluster at ``address`` refused this process's token (or none)."""
+    where = "on this machine" if address == "auto" else f"at {address}"
+    get = "`ray get-auth-token` on its head node prints it"
+    if os.environ.get(AUTH_MODE_ENV, "").lower() != "token":
+        return (
+            f"the Ray cluster {where} asks for a token: export {AUTH_MODE_ENV}=token, and "
+            f"RAY_AUTH_TOKEN=<its token> unless ~/.ray/auth_token holds it ({get})"
+        )
+    return (
+        f"the Ray cluster {where} refused this machine's token (RAY_AUTH_TOKEN, else the file "
+        f"RAY_AUTH_TOKEN_PATH names, else ~/.ray/auth_token): export RAY_AUTH_TOKEN=<its token> "
+        f"({get})"
+    )
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+@contextmanager
+def _muted_stderr():
+    """Silence file descriptor 2 (where Ray's C++ core logs) for the block."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+@contextmanager
+def _driver_path_for_workers():
+    """The local instance's processes (and so every host actor) import what the driver can: the
+    folders on the driver's ``sys.path`` outside the Python installation (a protocol given as
+    ``package.module:Class`` from such a folder, the checkout itself) are put on ``PYTHONPATH``
+    while Ray starts, which its raylet and workers inherit."""
+    prefixes = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+    extra = [
+        os.path.abspath(p)
+        for p in sys.path
+        if p and os.path.isdir(p) and not os.path.abspath(p).startswith(prefixes)
+    ]
+    before = os.environ.get("PYTHONPATH")
+    paths = [p for p in (before or "").split(os.pathsep) if p]
+    paths += [p for p in extra if p not in paths]
+    if paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 @contextmanager
@@ -82,6 +225,29 @@ def _local_auth_mode():
         yield
     finally:
         os.environ.pop(AUTH_MODE_ENV, None)
+
+
+def host_cpu_share(count: int, cap: float = 1.0) -> float:
+    """The CPU share each of ``count`` host actors asks for by default: the cluster's CPUs
+    divided among them, at most ``cap`` (a host's work is mostly serial), and small enough that
+    all ``count`` fit on the nodes as they are: two 1-CPU nodes take 5 hosts of 1/3 CPU, not of
+    0.4 (two per node)."""
+    share = min(cap, max(0.01, ray.cluster_resources().get("CPU", 1.0) / count))
+    per_node = [n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")]
+
+    def fits(s: float) -> bool:
+        return sum(math.floor(c / s + 1e-9) for c in per_node) >= count
+
+    if len(per_node) < 2 or fits(share):
+        return share
+    # the largest c/k below the even share that fits, rounded down to Ray's 1/10000 of a CPU
+    for s in sorted({c / k for c in per_node for k in range(1, count + 1) if 0 < c / k < share})[
+        ::-1
+    ]:
+        s = math.floor(s * 1e4) / 1e4
+        if s >= 0.01 and fits(s):
+            return s
+    return share
 
 
 @dataclass

@@ -414,6 +414,7 @@ def _drive(
                 "bytes": dep.ledger.total(round_=rnd),
                 "bytes_by_kind": dep.ledger.by_kind(round_=rnd),
                 "bytes_crossed": dep.ledger.crossed_total(round_=rnd),
+                "bytes_crossed_nodes": dep.ledger.crossed_nodes_total(round_=rnd),
                 "epsilon": privacy.epsilon,
                 # the typed figures (paper's claim, budget, δ spent) and the protocol's own numbers
                 "privacy": privacy_row(privacy),
@@ -460,6 +461,7 @@ def _drive(
             "bytes_by_kind": dep.ledger.by_kind(),
             "bytes_eval": dep.ledger.eval_total(),
             "bytes_crossed": dep.ledger.crossed_total(),
+            "bytes_crossed_nodes": dep.ledger.crossed_nodes_total(),  # between Ray nodes
             "messages": dep.ledger.messages(),
             "main_metric": dataclasses.asdict(protocol.main_metric()),
             "privacy": privacy_of(protocol).as_dict(),

@@ -34,7 +34,7 @@ import ray
 from ray.exceptions import ObjectLostError, RayActorError
 
 from cluster.ledger import Ledger, is_eval_phase
-from cluster.runtime import PlacedActors, spawn_spread
+from cluster.runtime import PlacedActors, host_cpu_share, spawn_spread
 from data.partition import partition_users
 from nodes.conditions import Conditions
 from nodes.host import Host, dumps_specs
@@ -150,9 +150,7 @@ class Deployment:
         self.placement = placement
         if cpus_per_host is None:
             # Fractions of the cluster's CPUs, at most one each: a host's work is mostly serial.
-            cpus_per_host = min(
-                1.0, max(0.01, ray.cluster_resources().get("CPU", 1.0) / self.n_hosts)
-            )
+            cpus_per_host = host_cpu_share(self.n_hosts)
         self.cpus_per_host = cpus_per_host
         self.gpus_per_host = gpus_per_host
         self.status(
@@ -178,6 +176,9 @@ class Deployment:
             ]
         )
         ray.get([h.set_route.remote(self._route_ref) for h in self.hosts])
+        # the Ray node (machine, or raylet) each host runs on: batches between hosts on different
+        # nodes are counted apart (Ledger.crossed_nodes)
+        self.host_nodes: list[str] = [i["node_id"] for i in self.host_info()]
         self.ledger = Ledger()
         # _pending[dst] = [(source host, batch reference)]: a batch dies with its source host
         self._pending: list[list] = [[] for _ in range(self.n_hosts)]
@@ -299,6 +300,8 @@ class Deployment:
             for dst, ref in res["batches"].items():
                 if dst not in dead:  # a replacement host starts with an empty mailbox
                     pending[dst].append((src, ref))
+                if self.host_nodes[dst] != self.host_nodes[src]:
+                    self.ledger.record_crossed_nodes(round_, phase, res["batch_bytes"][dst])
             self.ledger.merge(res["ledger"])
             self.tapped.extend(res["tapped"])
             for name, values in res["reports"].items():
@@ -356,6 +359,7 @@ class Deployment:
             ray.get(new.add_nodes.remote(dumps_specs(self._by_host[h])))
             ray.get(new.set_route.remote(self._route_ref))
             ray.get(new.restore.remote(blob, False))
+            self.host_nodes[h] = ray.get(new.info.remote())["node_id"]
         except Exception as e:
             raise HostLostError(
                 f"{where}: its replacement did not start ({type(e).__name__}: {e})"

@@ -262,14 +262,16 @@ class Host:
                         outgoing[dst_host].append(m)
         t2 = time.perf_counter()
 
-        refs = {}
+        refs, sizes = {}, {}
         for dst_host, msgs in outgoing.items():
             batch = encode_batch(msgs)
             ledger.record_crossed(round_, phase, len(batch))
             refs[dst_host] = ray.put(batch)
+            sizes[dst_host] = len(batch)
         t3 = time.perf_counter()
         return {
             "batches": refs,
+            "batch_bytes": sizes,  # by destination host (the driver knows which are on other nodes)
             "ledger": ledger.export(),
             "reports": dict(reports),
             "timing": {"decode": t1 - t0, "compute": t2 - t1, "encode": t3 - t2},

@@ -235,12 +235,6 @@ def test_import_path_form_runs_a_package_that_is_not_installed(privrec, tmp_path
 
 @pytest.mark.slow
 @pytest.mark.ray
-@pytest.mark.xfail(
-    strict=True,
-    reason="a module on the driver's sys.path only (not installed, not on PYTHONPATH) is not "
-    "importable by the Ray workers: Host.add_nodes raises ModuleNotFoundError (cluster/runtime.py "
-    "would have to give the workers the driver's path, e.g. runtime_env env_vars PYTHONPATH)",
-)
 def test_import_path_form_from_the_drivers_sys_path_only(privrec, tmp_path):
     _renamed_copy(tmp_path / "ext", "pfedrec_syspath")
     script = textwrap.dedent(
