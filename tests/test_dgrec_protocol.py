@@ -15,7 +15,7 @@ from dp_accounting import dp_event
 from cluster import wire
 from cluster.message import index_of
 from data.synthetic import synthetic
-from engine import deploy
+from engine import deploy, run_rounds
 from models.baselines import popularity_metrics
 from privacy.accountant import epsilon_of, randomized_response_event
 from protocols.base import ConfigError, build_config
@@ -48,8 +48,9 @@ def run(
     protocol = cls(ds, build_config(cls.Config, {**SMALL, **params}), seed=3)
     dep = deploy(protocol, placement, hosts, tap=tap)
     try:
-        trains = [protocol.run_round(dep, r) for r in range(rounds)]
-        metrics = protocol.evaluate(dep, rounds - 1)
+        done = run_rounds(protocol, dep, rounds, eval_every=0)  # evaluated after the last
+        trains = [r.train for r in done]
+        metrics = done[-1].metrics
         out = {
             "protocol": protocol,
             "train": trains,

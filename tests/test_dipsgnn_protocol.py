@@ -11,7 +11,7 @@ import pytest
 from cluster import wire
 from data.sequences import train_length
 from data.synthetic import synthetic
-from engine import deploy
+from engine import deploy, run_rounds
 from privacy.accountant import epsilon_of, gaussian_event, sampled_gaussian_event
 from privacy.calibration import (
     DPSGD_RDP_ORDERS,
@@ -43,8 +43,9 @@ def run(params, placement="packed", hosts=1, rounds=2, dataset=None, tap=False, 
     protocol = DIPSGNNProtocol(ds, build_config(DIPSGNNProtocol.Config, params), seed=seed)
     dep = deploy(protocol, placement, hosts, tap=tap)
     try:
-        trains = [protocol.run_round(dep, r) for r in range(rounds)]
-        metrics = protocol.evaluate(dep, rounds - 1)
+        done = run_rounds(protocol, dep, rounds, eval_every=0)  # evaluated after the last
+        trains = [r.train for r in done]
+        metrics = done[-1].metrics
         state = dep.call("server/0", "get_state")
         return {
             "protocol": protocol,

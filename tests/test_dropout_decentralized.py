@@ -18,7 +18,7 @@ from cluster import wire
 from cluster.ledger import is_eval_phase
 from cluster.message import index_of
 from data.synthetic import synthetic
-from engine import deploy
+from engine import deploy, rounds, run_rounds
 from nodes.conditions import Conditions
 from nodes.node import NodeContext
 from privacy.onebit import encode_onebit, onebit_scale
@@ -56,22 +56,19 @@ def drive(name, placement="packed", hosts=1, tap=True, dropout=0.3):
     cond = Conditions(dropout=dropout, snapshot_every=0)  # no faults here: no snapshots needed
     dep = deploy(protocol, placement, hosts, tap=tap, conditions=cond)
     try:
-        rounds = []
-        for r in range(ROUNDS):
-            dep.begin_round(r)
-            train = protocol.run_round(dep, r)
-            stats = dep.round_stats()
-            rounds.append(
+        per_round, metrics = [], None
+        for res in rounds(protocol, dep, ROUNDS, eval_every=0):  # evaluated after the last
+            per_round.append(
                 {
-                    "train": train,
-                    "dropped": stats["dropped"],
-                    "undelivered": stats["undelivered"],
-                    "bytes_by_kind": dep.ledger.by_kind(round_=r),
+                    "train": res.train,
+                    "dropped": res.stats["dropped"],
+                    "undelivered": res.stats["undelivered"],
+                    "bytes_by_kind": dep.ledger.by_kind(round_=res.round),
                 }
             )
-        metrics = protocol.evaluate(dep, ROUNDS - 1)
+            metrics = res.metrics
         return {
-            "rounds": rounds,
+            "rounds": per_round,
             "metrics": metrics,
             "ledger": dep.ledger.rows(),
             "tapped": list(dep.tapped),
@@ -305,12 +302,11 @@ def test_a_member_decodes_what_reached_it_when_a_host_dies_mid_gossip(ray_local)
             )
         assert short > 0
         # the next round, the restored users (their snapshot predates stage 1) take part again
-        dep.begin_round(r + 1)
-        row = protocol.run_round(dep, r + 1)
-        assert row["members"] > 0
+        (nxt,) = run_rounds(protocol, dep, r + 2, start=r + 1)  # round r + 1, evaluated
+        assert nxt.train["members"] > 0
         restored = [f"user/{u}" for u, h in host_of.items() if h == killed]
         rejoined = [u for u in restored if dep.call(u, "get_last_round").get("round") == r + 1]
         assert rejoined, "no restored user was sampled in the next round"
-        assert all(np.isfinite(v) for v in protocol.evaluate(dep, r + 1).values())
+        assert all(np.isfinite(v) for v in nxt.metrics.values())
     finally:
         dep.close()

@@ -7,7 +7,6 @@ placement and the Recall@20 comparison are ``slow`` (more actors, a bigger run).
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -15,7 +14,8 @@ import pytest
 
 from cluster import wire
 from data.synthetic import synthetic
-from engine import RunSettings, deploy, run
+from engine import RunSettings, deploy, rounds, run
+from engine.report import read_rows
 from nodes.conditions import Conditions
 from nodes.deployment import assign_hosts
 from privacy import oprf
@@ -52,14 +52,14 @@ def drive(placement, hosts, inspect=False):
     try:
         if inspect:
             out["E"].append(dep.call("server/0", "get_item_embeddings"))
-        for r in range(ROUNDS):
-            out["train"].append(protocol.run_round(dep, r))
-            out["dropped"].append(dep.round_stats()["dropped"])
+        for res in rounds(protocol, dep, ROUNDS, eval_every=0):  # evaluated after the last
+            out["train"].append(res.train)
+            out["dropped"].append(res.stats["dropped"])
+            out["metrics"] = res.metrics
             if inspect:
                 out["E"].append(dep.call("server/0", "get_item_embeddings"))
                 out["states"].append({u: dep.call(u, "setup_state") for u in users})
                 out["views"].append({u: dep.call(u, "neighbour_view") for u in users})
-        out["metrics"] = protocol.evaluate(dep, ROUNDS - 1)
         out["rows"] = dep.ledger.rows()
         out["tapped"] = dep.tapped
         out["n_hosts"] = dep.n_hosts
@@ -299,7 +299,7 @@ def _check_fault(ds, run_dir, summary, rounds):
         rows = msg.upload_rows(len(protocol.train_items[u]), n_items, 16, 8)
         return msg.item_grads_size(rows, dim)
 
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_rows(run_dir)
     assert [r["round"] for r in rows] == list(range(rounds))
     row = rows[KILL_ROUND]
     assert row["dropped"] == len(lost) and [f["host"] for f in row["faults"]] == [0]

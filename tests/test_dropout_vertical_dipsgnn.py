@@ -17,7 +17,7 @@ import pytest
 from cluster.ledger import is_eval_phase
 from cluster.message import index_of, node_id
 from data.synthetic import synthetic
-from engine import deploy
+from engine import deploy, rounds, run_rounds
 from nodes.conditions import Conditions
 from privacy.accountant import epsilon_of, gaussian_event
 from protocols.base import build_config
@@ -38,18 +38,16 @@ def _drive(proto, conditions, placement="packed", hosts=1, tap=False):
     the bytes by kind; then one evaluation."""
     dep = deploy(proto, placement, hosts, tap=tap, conditions=conditions)
     try:
-        rows = []
-        for r in range(ROUNDS):
-            dep.begin_round(r)
-            train = proto.run_round(dep, r)
+        rows, metrics = [], None
+        for res in rounds(proto, dep, ROUNDS, eval_every=0):  # evaluated after the last
             rows.append(
                 {
-                    "train": train,
-                    "dropped": dep.round_stats()["dropped"],
-                    "bytes_by_kind": dep.ledger.by_kind(round_=r),
+                    "train": res.train,
+                    "dropped": res.stats["dropped"],
+                    "bytes_by_kind": dep.ledger.by_kind(round_=res.round),
                 }
             )
-        metrics = proto.evaluate(dep, ROUNDS - 1)
+            metrics = res.metrics
         extra = {}
         if isinstance(proto, VerFedGNN):
             extra["theta"] = dep.call("server/0", "get_theta")
@@ -164,13 +162,11 @@ def test_verfedgnn_party_that_lost_the_alignment_rejoins(ray_local):
     )
     dep = deploy(proto, tap=True)
     try:
-        train, dropped = [], []
-        for r in range(ROUNDS):
-            dep.begin_round(r)
-            train.append(proto.run_round(dep, r))
-            dropped.append(dep.round_stats()["dropped"])
+        done = run_rounds(proto, dep, ROUNDS, eval_every=0)  # evaluated after the last
+        train = [r.train for r in done]
+        dropped = [r.stats["dropped"] for r in done]
+        metrics = done[-1].metrics
         aligned = [dep.call(node_id("party", p), "get_aligned_users") for p in range(4)]
-        metrics = proto.evaluate(dep, ROUNDS - 1)
     finally:
         dep.close()
     assert [(f["round"], f["phase"]) for f in dep.faults] == [(0, "psi_sign")]

@@ -4,30 +4,24 @@ the deadline follow their formula."""
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
 import pytest
 import ray.cloudpickle
 
 from cluster.message import node_id
 from data.synthetic import synthetic
-from engine import RunSettings, deploy, resume, run
+from engine import RunSettings, deploy, resume, rounds, run, run_rounds
+from engine.report import read_rows
 from nodes.conditions import LINKS, Conditions
 from nodes.deployment import Deployment, HostLostError, NodeSpec
 from nodes.node import Node
 from protocols.fedmf.config import FedMFConfig
 from protocols.fedmf.protocol import FedMF
 
-sys.path.insert(0, str(Path(__file__).parent))
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 
 pytestmark = pytest.mark.ray
-
-
-def _rows(run_dir) -> list[dict]:
-    return [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
 def _fedmf(tmp_path, name, conditions, rounds=30, **kw):
@@ -57,7 +51,7 @@ def undisturbed(tmp_path_factory):
 
 def test_a_killed_user_host_is_replaced_and_the_run_completes(ray_local, tmp_path, undisturbed):
     run_dir, summary = _fedmf(tmp_path, "kill", Conditions(kill_hosts=((15, 0),), snapshot_every=1))
-    rows = _rows(run_dir)
+    rows = read_rows(run_dir)
     assert [r["round"] for r in rows] == list(range(30))
     (fault,) = summary["faults"]
     assert (fault["round"], fault["host"], fault["nodes"]) == (15, 0, 150)
@@ -78,7 +72,7 @@ def test_a_killed_server_host_recovers_from_its_last_snapshot(ray_local, tmp_pat
     run_dir, summary = _fedmf(
         tmp_path, "kill-server", Conditions(kill_hosts=((15, 2),), snapshot_every=1)
     )
-    rows = _rows(run_dir)
+    rows = read_rows(run_dir)
     (fault,) = summary["faults"]
     assert (fault["round"], fault["host"], fault["node_ids"]) == (15, 2, "server/0")
     # the server was absent for round 15: nothing downloaded, nothing uploaded, no update
@@ -95,9 +89,7 @@ def test_no_message_leaves_the_lost_hosts_nodes_in_the_interrupted_round(ray_loc
     dep = deploy(proto, hosts=2, tap=True, conditions=Conditions(kill_hosts=((2, 0),)))
     try:
         lost = {nid for nid, h in dep.route.items() if h == 0}
-        for rnd in range(4):
-            dep.begin_round(rnd)
-            proto.run_round(dep, rnd)
+        run_rounds(proto, dep, 4, eval_every=0, evaluate_last=False)
         senders = {rnd: {m.src for m in dep.tapped if m.round == rnd} for rnd in range(4)}
         assert len(dep.faults) == 1 and dep.faults[0]["host"] == 0
         assert lost <= senders[1] and lost <= senders[3]  # before and after: they took part
@@ -120,21 +112,18 @@ def test_without_a_snapshot_a_fault_stops_with_one_line_and_a_resumable_checkpoi
     assert "\n" not in msg and "host 0" in msg and "round 2" in msg and "--resume" in msg
     (run_dir,) = (tmp_path / "lost").iterdir()
     resumed_dir, summary = resume(run_dir, 4, progress=False)
-    assert summary["rounds"] == 4 and [r["round"] for r in _rows(resumed_dir)] == [0, 1, 2, 3]
+    assert summary["rounds"] == 4 and [r["round"] for r in read_rows(resumed_dir)] == [0, 1, 2, 3]
 
 
-def _fedmf_rounds(placement, hosts, rounds=4):
+def _fedmf_rounds(placement, hosts, n_rounds=4):
     data = synthetic(n_users=6, n_items=30, seed=3)
     proto = FedMF(data, FedMFConfig(dim=8, users_per_round=0, eval_every=1), seed=5)
     dep = deploy(proto, placement, hosts, conditions=Conditions(dropout=0.3))
     out = []
     try:
-        for rnd in range(rounds):
-            dep.begin_round(rnd)
-            train = proto.run_round(dep, rnd)
-            metrics = proto.evaluate(dep, rnd)
-            st = dep.round_stats()
-            out.append((st["dropped"], train, metrics, dep.ledger.by_kind(round_=rnd)))
+        for res in rounds(proto, dep, n_rounds, eval_every=1):
+            by_kind = dep.ledger.by_kind(round_=res.round)
+            out.append((res.stats["dropped"], res.train, res.metrics, by_kind))
     finally:
         dep.close()
     return out

@@ -10,7 +10,7 @@ import pytest
 
 from cluster.message import index_of, role_of
 from data.synthetic import synthetic
-from engine import deploy
+from engine import deploy, run_rounds
 from protocols.base import build_config
 from protocols.dmf.protocol import DMF
 from protocols.fedmf.messages import decode_item_grads
@@ -30,8 +30,9 @@ def run(proto_cls, params, placement, hosts, rounds=3, dataset=None, tap=False):
     protocol = proto_cls(ds, build_config(proto_cls.Config, params), seed=3)
     dep = deploy(protocol, placement, hosts, tap=tap)
     try:
-        trains = [protocol.run_round(dep, r) for r in range(rounds)]
-        metrics = protocol.evaluate(dep, rounds - 1)
+        done = run_rounds(protocol, dep, rounds, eval_every=0)  # evaluated after the last
+        trains = [r.train for r in done]
+        metrics = done[-1].metrics
         return {
             "train": trains,
             "metrics": metrics,

@@ -14,7 +14,7 @@ import torch
 from cluster import wire
 from cluster.message import Message, index_of
 from data.synthetic import synthetic
-from engine import deploy
+from engine import deploy, run_rounds
 from models.fedpergnn_gat import (
     LocalGAT,
     build_local_gat_graph,
@@ -207,9 +207,7 @@ def _run(ds, params, placement="packed", hosts=1, rounds=2, tap=False):
     p = FedPerGNN(ds, build_config(FedPerGNN.Config, {**BASE, **params}), seed=3)
     dep = deploy(p, placement, hosts, tap=tap)
     try:
-        for r in range(rounds):
-            p.run_round(dep, r)
-        metrics = p.evaluate(dep, rounds - 1)
+        metrics = run_rounds(p, dep, rounds, eval_every=0)[-1].metrics  # after the last
         return p, metrics, dep.ledger, list(dep.tapped)
     finally:
         dep.close()

@@ -15,7 +15,7 @@ import torch
 from cluster import wire
 from cluster.message import Message, index_of
 from data.synthetic import synthetic
-from engine import deploy
+from engine import deploy, rounds, run_rounds
 from models.baselines import popularity_metrics
 from nodes.node import NodeContext
 from privacy import oprf
@@ -62,10 +62,10 @@ def shared_run():
     dep = deploy(protocol, "packed", 2, tap=True)
     try:
         initial = {u: dep.call(f"user/{u}", "get_embedding") for u in protocol.users}
-        protocol.run_round(dep, 0)
-        views = {u: dep.call(f"user/{u}", "neighbour_view") for u in protocol.users}
-        protocol.run_round(dep, 1)  # not an expansion round (epoch = ceil(10/4) = 3 rounds)
-        protocol.evaluate(dep, 1)
+        # round 1 is not an expansion round (epoch = ceil(10/4) = 3 rounds); evaluated after it
+        for res in rounds(protocol, dep, 2, eval_every=0):
+            if res.round == 0:
+                views = {u: dep.call(f"user/{u}", "neighbour_view") for u in protocol.users}
         return {
             "protocol": protocol,
             "dataset": ds,
@@ -295,8 +295,8 @@ def test_placement_invariance(ray_local):
         protocol = make({"laplace": 1e-4, "clip": 0.01}, ds)
         dep = deploy(protocol, placement, hosts)
         try:
-            train = [protocol.run_round(dep, r) for r in range(4)]
-            metrics = protocol.evaluate(dep, 3)
+            done = run_rounds(protocol, dep, 4, eval_every=0)  # evaluated after the last
+            train, metrics = [r.train for r in done], done[-1].metrics
             return train, metrics, dep.ledger.rows(), dep.n_hosts, protocol.privacy()["epsilon"]
         finally:
             dep.close()
@@ -400,9 +400,7 @@ def test_tiny_run_beats_popularity(ray_local):
     )
     dep = deploy(protocol, "packed", 2)
     try:
-        for r in range(40):
-            protocol.run_round(dep, r)
-        metrics = protocol.evaluate(dep, 39)
+        metrics = run_rounds(protocol, dep, 40, eval_every=0)[-1].metrics  # after round 39
     finally:
         dep.close()
     pop = popularity_metrics(ds)
@@ -476,7 +474,7 @@ def _first_round(params):
     protocol = make({"dim": 16, "users_per_round": 10, "clip": 0.05, **params}, ds)
     dep = deploy(protocol, "packed", 1, tap=True)
     try:
-        protocol.run_round(dep, 0)
+        run_rounds(protocol, dep, 1, eval_every=0, evaluate_last=False)
         emb = dep.call("server/0", "get_item_embeddings")
         uploads = [
             msg.decode_item_grads(m.payload, ds.n_items)[1]

@@ -22,6 +22,7 @@ import pytest
 
 from data.synthetic import synthetic
 from engine import RunSettings, run
+from engine.report import read_rows
 from nodes.conditions import Conditions
 
 GOLDEN = Path(__file__).parent / "golden" / "runs.json"
@@ -80,7 +81,7 @@ def golden_run(protocol: str, rounds: int, params: dict, out: Path) -> dict:
         conditions=Conditions(snapshot_every=0),
     )
     run_dir, summary = run(settings, dataset())
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_rows(run_dir)
     return figures(summary, rows)
 
 

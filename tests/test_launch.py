@@ -13,7 +13,7 @@ import tomllib
 from conftest import needs_shared_data
 
 import launch
-from engine.report import SUMMARY_KEYS
+from engine.report import SUMMARY_KEYS, read_rows
 
 
 def error_of(capsys, argv):
@@ -102,7 +102,7 @@ def test_a_run_writes_its_report(ray_local, tmp_path, capsys):
     assert summary["hosts"] == 2 and summary["host_actors"] == 3  # as asked; + the server's
     assert summary["bytes_total"] == sum(summary["bytes_by_kind"].values()) > 0
     assert 0.0 <= summary["metrics"]["recall@20"] <= 1.0
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_rows(run_dir)
     assert [r["round"] for r in rows] == [0, 1, 2]
     assert sum(r["bytes"] for r in rows) == summary["bytes_total"]
     config = json.loads((run_dir / "config.json").read_text())

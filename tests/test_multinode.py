@@ -12,7 +12,7 @@ def test_hosts_spread_over_nodes_with_gpu_shares():
     from ray.cluster_utils import Cluster
 
     from data.synthetic import synthetic
-    from engine import deploy
+    from engine import deploy, run_rounds
     from protocols.base import build_config
     from protocols.fedmf.protocol import FedMF
 
@@ -40,7 +40,7 @@ def test_hosts_spread_over_nodes_with_gpu_shares():
             assert all(
                 i["device"] == "cpu" for i in info
             )  # no CUDA here: compute falls back to the CPU
-            proto.run_round(dep, 0)
+            run_rounds(proto, dep, 1, eval_every=0, evaluate_last=False)
             assert dep.ledger.total() > 0 and dep.ledger.crossed_total() > 0
         finally:
             dep.close()

@@ -5,10 +5,8 @@ can take without a "not writable" warning."""
 
 from __future__ import annotations
 
-import json
 import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,17 +16,13 @@ import torch
 from cluster.message import node_id
 from data.synthetic import synthetic
 from engine import RunSettings, run
+from engine.report import read_rows
 from engine.runner import progress_postfix
 from nodes.conditions import Conditions
 from nodes.deployment import Deployment, NodeSpec
 from nodes.node import Node
 
-sys.path.insert(0, str(Path(__file__).parent))
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
-
-
-def _rows(run_dir) -> list[dict]:
-    return [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
 def _tiny_fedlightgcn(tmp_path, progress: bool):
@@ -73,7 +67,7 @@ def test_a_round_whose_uploads_are_all_late_is_skipped_and_hosts_is_as_asked(ray
         conditions=Conditions(deadline=1e-6),
     )
     run_dir, summary = run(settings, synthetic(n_users=20, n_items=40, seed=2))
-    rows = _rows(run_dir)
+    rows = read_rows(run_dir)
     assert all(r["late"] > 0 for r in rows)
     assert [r["train"]["skipped"] for r in rows] == [1] * rounds
     assert summary["hosts"] == 1  # what was asked; the server's own actor is counted apart

@@ -8,10 +8,15 @@ import pytest
 import ray.cloudpickle
 
 from cluster.message import node_id
-from nodes.deployment import Deployment, NodeSpec, PlacementError, assign_hosts, mean_report
-
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-import toy_protocol  # noqa: E402
+from nodes.deployment import (
+    Deployment,
+    NodeSpec,
+    PlacementError,
+    assign_hosts,
+    check_placement,
+    mean_report,
+)
+from tests import toy_protocol
 
 ray.cloudpickle.register_pickle_by_value(toy_protocol)  # workers cannot import the tests folder
 
@@ -33,6 +38,13 @@ def test_assign_hosts_packed_and_dedicated():
         assign_hosts(specs, "packed", 9)
     with pytest.raises(PlacementError, match="placement"):
         assign_hosts(specs, "scattered", 1)
+    with pytest.raises(PlacementError, match="--hosts applies to --placement packed"):
+        assign_hosts(specs, "dedicated", 3)
+    for hosts in (0, 1.5, True):
+        with pytest.raises(PlacementError, match="--hosts must be"):
+            check_placement("packed", hosts)
+    check_placement("packed", 4)
+    check_placement("dedicated", 1)
 
 
 def run_ring(placement, hosts, rounds=3):

@@ -10,7 +10,7 @@ import torch
 
 from cluster import wire
 from data.synthetic import synthetic
-from engine import deploy
+from engine import deploy, run_rounds
 from privacy.attacks.deanonymization import match_aggregates
 from privacy.projection import GaussianProjection, reconstruct
 from protocols.base import ConfigError, build_config
@@ -42,8 +42,9 @@ def test_attack_run_reports_ordering_from_the_received_aggregate(ray_local):
     proto = VerFedGNN(ds, build_config(VerFedGNN.Config, params), seed=3)
     dep = deploy(proto, "packed", 1, tap=True)
     try:
-        proto.run_round(dep, 0)  # PSI (adversarial users included) and one iteration
-        metrics = proto.evaluate(dep, 0)
+        # PSI (adversarial users included) and one iteration, evaluated
+        (done,) = run_rounds(proto, dep, 1, eval_every=0)
+        metrics = done.metrics
         inference = dep.call("party/0", "get_deanonymization")
         aligned = dep.call("party/0", "get_aligned_users")  # raw user id at each aligned index
         private = {p: dep.call(f"party/{p}", "get_private") for p in range(3)}

@@ -11,7 +11,7 @@ import torch
 
 from cluster import wire
 from data.synthetic import synthetic
-from engine import deploy
+from engine import deploy, run_rounds
 from protocols.base import ConfigError, build_config
 from protocols.verfedgnn.aggregation import exchange_schedule
 from protocols.verfedgnn.config import n_participants
@@ -61,8 +61,7 @@ def _grad_sizes(tapped, round_):
 def test_psi_and_iteration_bytes_equal_formula(ray_local, params):
     proto, dep = make(params, tap=True)
     try:
-        for r in range(2):
-            proto.run_round(dep, r)
+        run_rounds(proto, dep, 2, eval_every=0, evaluate_last=False)
         parties = [f"party/{p}" for p in range(params["parties"])]
         aligned = [dep.call(p, "get_aligned_users") for p in parties]
     finally:
@@ -173,8 +172,8 @@ def _run(placement, rounds=3):
     params = {"parties": 3, "participation": 0.67, "psi": True, "psi_key_bits": 1024}
     proto, dep = make(params, placement=placement)
     try:
-        train = [proto.run_round(dep, r) for r in range(rounds)]
-        metrics = proto.evaluate(dep, rounds - 1)
+        done = run_rounds(proto, dep, rounds, eval_every=0)  # evaluated after the last
+        train, metrics = [r.train for r in done], done[-1].metrics
         return train, metrics, dep.ledger.rows(), dep.call("server/0", "get_theta")
     finally:
         dep.close()
@@ -193,9 +192,7 @@ def test_small_synthetic_run_beats_global_mean(ray_local):
     params = {"parties": 2, "psi": False, "batch_size": 0}
     proto, dep = make(params, dataset=ds)
     try:
-        for r in range(150):
-            proto.run_round(dep, r)
-        metrics = proto.evaluate(dep, 149)
+        metrics = run_rounds(proto, dep, 150, eval_every=0)[-1].metrics  # after round 149
     finally:
         dep.close()
     assert metrics["test_rmse"] < metrics["global_mean_rmse"]
@@ -205,7 +202,7 @@ def test_small_synthetic_run_beats_global_mean(ray_local):
 def test_laplace_option_sends_dense_noisy_gradients(ray_local):
     proto, dep = make({"parties": 2, "psi": False, "mechanism": "laplace"}, tap=True)
     try:
-        proto.run_round(dep, 0)
+        run_rounds(proto, dep, 1, eval_every=0, evaluate_last=False)
     finally:
         dep.close()
     grads = [m for m in dep.tapped if m.kind == "gradient"]
@@ -225,8 +222,7 @@ def test_ternary_privacy_is_composed_by_the_accountant(ray_local):
     for r, want in [(1e12, 0.0), (3.0, math.inf)]:
         proto, dep = make({"parties": 2, "psi": False, "ternary_r": r})
         try:
-            for rnd in range(2):
-                proto.run_round(dep, rnd)
+            run_rounds(proto, dep, 2, eval_every=0, evaluate_last=False)
         finally:
             dep.close()
         priv = proto.privacy()
