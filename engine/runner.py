@@ -91,6 +91,7 @@ def prepare(settings: RunSettings, dataset: RecDataset) -> Plan:
         raise ValueError(f"rounds must be >= 1, got {settings.rounds}")
     try:
         protocol = proto_cls(dataset, config, settings.seed)
+        protocol.check_data()
     except ConfigError:
         raise
     except ValueError as e:  # the protocol refuses the data, before Ray starts

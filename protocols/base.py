@@ -345,6 +345,39 @@ class Protocol:
         protocol says RMSE."""
         return MainMetric(f"recall@{self.config.eval_k}", "higher")
 
+    def needs_negatives(self) -> bool:
+        """Whether training samples negatives: every training user needs an item it has not
+        interacted with (BPR and its kin). False by default."""
+        return False
+
+    def check_data(self) -> None:
+        """Refuse data this protocol cannot run on, before Ray starts, with a ValueError of one
+        line (the engine calls it after the constructor, whose own refusals come first): a
+        ranking metric at K needs K ≤ the items; negative sampling needs, for every training
+        user, an item outside its training set."""
+        d = self.dataset
+        if self.main_metric().name.startswith("recall@") and self.config.eval_k > d.n_items:
+            raise ValueError(
+                f"eval_k {self.config.eval_k}: the dataset has {d.n_items} items, and ranking at K "
+                f"needs K <= the items (give --eval-k {d.n_items} or less)"
+            )
+        if self.needs_negatives() and len(d.train):
+            per_user = np.bincount(
+                np.unique(np.stack([d.train.user, d.train.item]), axis=1)[0],
+                minlength=d.n_users,
+            )
+            full = np.flatnonzero(per_user >= d.n_items)
+            if len(full):
+                who = (
+                    f"user {int(full[0])} has"
+                    if len(full) == 1
+                    else (f"{len(full)} users (user {int(full[0])} first) have")
+                )
+                raise ValueError(
+                    f"{who} interacted with every one of the {d.n_items} items in training: "
+                    "no negative item to sample"
+                )
+
 
 def field_docs(cls: type) -> dict[str, str]:
     """Each dataclass field's one line of meaning: the comment at the end of the line that

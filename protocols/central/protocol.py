@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from cluster.message import node_id
 from data.types import RecDataset
-from models.central import RATING, TASK_OF_MODEL
+from models.central import RANKING, RATING, TASK_OF_MODEL
 from nodes.deployment import Deployment, NodeSpec, mean_reports
 from protocols.base import MainMetric, PrivacyReport, Protocol
 from protocols.central.config import CentralConfig, check_fits
@@ -59,6 +59,9 @@ class Central(Protocol):
     @classmethod
     def quick_settings(cls, params) -> dict:
         return dict(QUICK_BY_MODEL.get(params.get("model", CentralConfig.model), {}))
+
+    def needs_negatives(self) -> bool:
+        return TASK_OF_MODEL[self.config.model] == RANKING  # BPR on sampled negatives
 
     def main_metric(self) -> MainMetric:
         if TASK_OF_MODEL[self.config.model] == RATING:

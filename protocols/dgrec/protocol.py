@@ -127,6 +127,9 @@ class DGREC(Protocol):
     def central_baseline(cls, params) -> str:
         return "central:lightgcn"  # LightGCN on the whole interaction graph
 
+    def needs_negatives(self) -> bool:
+        return True  # each member's local BPR loss samples negatives
+
     def __init__(self, dataset: RecDataset, config: DGRECConfig, seed: int):
         super().__init__(dataset, config, seed)
         has_tags = dataset.item_tags is not None and dataset.item_tags.shape[1] > 0

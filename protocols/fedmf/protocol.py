@@ -46,6 +46,9 @@ class FedMF(Protocol):
     def central_baseline(cls, params) -> str:
         return "central:bprmf"  # BPR-MF trained on all the data in one place
 
+    def needs_negatives(self) -> bool:
+        return True  # BPR on sampled negatives
+
     def __init__(self, dataset: RecDataset, config: FedMFConfig, seed: int):
         super().__init__(dataset, config, seed)
         self.train_items = dataset.train.items_by_user(dataset.n_users)

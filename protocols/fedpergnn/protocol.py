@@ -128,6 +128,9 @@ class FedPerGNN(Protocol):
         backbone = params.get("backbone", cls.Config.backbone)
         return "central:lightgcn" if backbone == "lightgcn" else f"central:{backbone}"
 
+    def needs_negatives(self) -> bool:
+        return self.config.backbone == "lightgcn"  # |Ĩ_u| sampled negatives per round
+
     def main_metric(self) -> MainMetric:
         if self.config.backbone == "gat":  # rating prediction
             return MainMetric("rmse", "lower")

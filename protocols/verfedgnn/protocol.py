@@ -17,7 +17,10 @@ Round 0 first aligns the users (step 1, protocols/verfedgnn/psi.py) when ``psi``
 ``psi_align``  parties re-index their ratings by aligned user and build their local model.
 
 The alignment is a set-up between organisations and waits for every party (exempt from the
-run's availability model, see ``align``).
+run's availability model, see ``align``). A node restored from a snapshot taken before it (a
+killed host, nodes/deployment.py) lost it: a party asks to rejoin (``rejoin``: the PSI again,
+mapped onto the set-up's common tokens); the server, without θ, sends nothing at ``download``
+and the whole set-up runs again at the end of that round (an aligned party keeps its model).
 
 Every round (one iteration t of Algorithm 1):
 
@@ -81,7 +84,7 @@ from data.partition import partition_items
 from data.splits import random_split
 from data.types import Interactions, RecDataset
 from models.rating_gnn import global_mean_rmse
-from nodes.deployment import Deployment, NodeSpec, mean_report
+from nodes.deployment import Deployment, NodeSpec, StepResult, mean_report
 from nodes.node import Shared
 from privacy.accountant import (
     PrivacyAccountant,
@@ -210,7 +213,9 @@ class VerFedGNN(Protocol):
         organisations, done once before the first iteration (Algorithm 1, step 1). The parties
         are organisations' servers that agree to federate, and iterations cannot start until
         every one of them has aligned, so the set-up waits for all of them; the run condition's
-        per-round absence of a party concerns the iterations (A_t, eq. 21), not the set-up."""
+        per-round absence of a party concerns the iterations (A_t, eq. 21), not the set-up.
+        It runs again at the end of a round in which the server, restored from a snapshot taken
+        before the set-up, reported that it lost it (``run_round``)."""
         dep.status(f"user alignment: OPRF-PSI among {self.config.parties} parties…")
         for phase in PSI_PHASES:
             dep.superstep(
@@ -229,12 +234,13 @@ class VerFedGNN(Protocol):
         for phase in PSI_PHASES:
             dep.superstep(round_, phase)
 
-    def _forward(self, dep: Deployment, round_: int, prefix: str) -> None:
+    def _forward(self, dep: Deployment, round_: int, prefix: str) -> StepResult:
         """Step 2 (server → A_t: seed of Φ, θ) and the exchanges of the forward pass (parties:
-        Y_p^k = Φ X_p^k of eqs. 12–16 → the other participants)."""
-        dep.superstep(round_, f"{prefix}download", activate=[SERVER])
+        Y_p^k = Φ X_p^k of eqs. 12–16 → the other participants). Returns the download step."""
+        download = dep.superstep(round_, f"{prefix}download", activate=[SERVER])
         for j in range(1, len(self.schedule) + 1):
             dep.superstep(round_, f"{prefix}exchange{j}", activate=["party"])
+        return download
 
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:
         """One iteration t of Algorithm 1 (after the step-1 alignment in round 0)."""
@@ -242,7 +248,7 @@ class VerFedGNN(Protocol):
             self.align(dep, round_)
         if self.n_public is None:
             self.n_public = int(dep.call(SERVER, "get_theta").shape[0])
-        self._forward(dep, round_, "")
+        download = self._forward(dep, round_, "")
         # step 3: loss (eq. 5), local item step, clipped + ternary gradient of θ (eqs. 19–20)
         res = dep.superstep(round_, "train", activate=["party"])
         # the server: eq. 21 estimate over the gradients that arrived, Adagrad on θ
@@ -253,7 +259,12 @@ class VerFedGNN(Protocol):
         if self.config.mechanism != "none":
             self.accountant.spend(released, self._release_event(), self.config.mechanism)
         lost = sorted(int(p) for p in res.reports.get("needs_alignment", []))
-        if lost and self.config.psi:
+        if self.config.psi and download.reports.get("server_needs_alignment"):
+            # the server, restored from a snapshot taken before the set-up, lost θ and the common
+            # tokens: the whole set-up again (every party; an aligned one keeps its model, the
+            # index being the same), and the server starts over from θ's initial draw
+            self.align(dep, round_)
+        elif lost and self.config.psi:
             self.rejoin(dep, round_, lost)
         return {
             "loss": mean_report(res.reports, "loss"),

@@ -2,10 +2,11 @@
 
 Node ids: ``party/p``, ``server/0``, ``key_server/0``. The phases and their messages are those of
 protocols/verfedgnn/protocol.py, in its order: the PSI set-up (``psi_key`` … ``psi_align``; a
-party that lost its alignment asks again with ``psi_request``), then per iteration ``download``
-(server: A_t, Φ's seed, θ), ``exchange{j}`` (parties: Y_p^k = Φ X_p^k), ``train`` (parties: loss
-of eq. 5, local item step, released gradient of θ) and ``aggregate`` (server: eq. 21, Adagrad),
-and the same forward pass with every party under ``eval_*``.
+party that lost its alignment asks again with ``psi_request``; a server that lost it, θ with it,
+reports ``server_needs_alignment`` at ``download`` and the whole set-up runs again), then per
+iteration ``download`` (server: A_t, Φ's seed, θ), ``exchange{j}`` (parties: Y_p^k = Φ X_p^k),
+``train`` (parties: loss of eq. 5, local item step, released gradient of θ) and ``aggregate``
+(server: eq. 21, Adagrad), and the same forward pass with every party under ``eval_*``.
 
 Absent participants are handled as protocol.py describes (A_t among the parties the server
 reaches, sums over the aggregates that arrived, eq. 21 over the gradients that arrived). With the
@@ -103,6 +104,10 @@ class VerFedGNNServer(Node):
             self._match(inbox)
         elif phase in ("download", "eval_download"):
             expect_kinds(inbox, node=self.id)
+            if self.theta is None:  # restored from a snapshot taken before the set-up
+                # no θ and no aligned index: nobody to send to until the set-up runs again
+                self.report("server_needs_alignment", 1.0)
+                return
             if phase == "download":
                 chosen = self._sample()
                 if chosen is None:
@@ -268,8 +273,10 @@ class VerFedGNNParty(Node):
             self.send("psi_tokens", SERVER, payload)
         elif phase == "psi_align":
             expect_kinds(inbox, "psi_intersection", node=self.id)
-            positions = wire.decode_ids(inbox[0].payload)
-            self._align(self.psi_sorted_users[positions])
+            aligned = self.psi_sorted_users[wire.decode_ids(inbox[0].payload)]
+            if self.model is not None and np.array_equal(aligned, self.aligned_users):
+                return  # the set-up again for the server (it lost it): same index, keep the model
+            self._align(aligned)
         else:
             raise ValueError(f"{self.id}: no PSI phase {phase!r}")
 
