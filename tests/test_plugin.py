@@ -198,7 +198,7 @@ def test_ldp_variant_reports_a_finite_accounted_epsilon(privrec, tmp_path):
     assert p["epsilon_per_upload"] == pytest.approx(per_upload)
     assert p["epsilon_per_coordinate"] == pytest.approx(2 * clip / b)
     assert math.isfinite(p["epsilon"]) and 0 < p["epsilon"] <= rounds * per_upload * (1 + 1e-9)
-    assert p["privacy_delta"] == 1e-5 and "Laplace" in p["mechanism"]
+    assert p["privacy_delta"] == 1e-5 and p["mechanism"] == "laplace" and "Laplace" in p["noise"]
     n_items = coords // dim
     clients = p["releases"] // rounds  # every client takes part in every round by default
     assert summary["bytes_total"] == rounds * 2 * clients * table_size(n_items, dim)
