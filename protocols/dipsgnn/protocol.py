@@ -239,13 +239,23 @@ class DIPSGNNProtocol(Protocol):
             first = sent[self.uploaded_round[sent] < 0]
             self.uploaded_round[first] = round_
             uploads = len(sent)
-        # ``train``: one epoch of Algorithm 4 (eqs. 4–13, noise of eq. 7), EdgeRand or DP-SGD
+        # ``train``: one epoch of Algorithm 4 (eqs. 4–13, noise of eq. 7), EdgeRand or DP-SGD.
+        # The epochs released are counted here, not read from the curator: a curator restored
+        # from a snapshot (a killed host) forgets the epochs it trained since, which happened.
+        c = self.config
+        if self.epochs_done >= c.epochs:
+            raise RuntimeError(
+                f"epochs: σ was calibrated for {c.epochs} epochs; a further epoch would "
+                "spend more than eps2 (raise `epochs` to train longer)"
+            )
         res = dep.superstep(round_, "train", activate=[SERVER])
         held = dep.call(SERVER, "get_accounting")
-        trained = held.epochs_by_row > self.user_epochs  # users whose edges it released
+        ran = bool(res.reports.get("loss"))  # an epoch ran: it released the held users' edges
+        trained = held.held & ran
         first_epoch = trained & (self.user_epochs == 0)
-        self.held, self.user_epochs = held.held, held.epochs_by_row
-        self.epochs_done = held.epochs_done
+        self.held = held.held
+        self.user_epochs = self.user_epochs + trained
+        self.epochs_done += int(ran)
         self._spend(trained, first_epoch)
         return {
             "loss": mean_report(res.reports, "loss"),
