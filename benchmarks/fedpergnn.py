@@ -174,7 +174,7 @@ def main_gat(args) -> None:
         "lr_item": args.lr_item,
         "lr_user": args.lr_user,
         "clip": args.clip,
-        "laplace": args.laplace,
+        "laplace_scale": args.laplace,
         "key_bits": args.key_bits,
         "attack_gradient_inference": args.attacks,
         "attack_dictionary": args.attacks,

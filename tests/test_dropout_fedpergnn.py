@@ -33,7 +33,7 @@ PARAMS = {
     "pseudo_items": 3,
     "key_bits": 1024,
     "clip": 0.01,
-    "laplace": 1e-4,
+    "laplace_scale": 1e-4,
     "max_neighbors": 100,  # more than there are users: a neighbour list is every match
 }
 # 30% of the users away in each round; the server updates E only with >= 4 of the 5 uploads
@@ -260,7 +260,7 @@ KILL_PARAMS = {
     "pseudo_items": 8,
     "lr_item": 0.05,
     "clip": 0.05,
-    "laplace": 1e-4,
+    "laplace_scale": 1e-4,
     "expand_every": 4,
     "max_neighbors": 20,
     "key_bits": 1024,

@@ -38,7 +38,7 @@ BASE = {
     "pseudo_items": 3,
     "key_bits": 1024,
     "clip": 0.5,
-    "laplace": 0.0,
+    "laplace_scale": 0.0,
     "lr_item": 0.05,
     "lr_user": 0.05,
 }
@@ -160,7 +160,7 @@ def _inbox(n, e_payload, w_payload, prefix=""):
 
 def test_batched_gat_training_equals_one_by_one():
     ds = rated_dataset()
-    cfg = build_config(FedPerGNN.Config, {**BASE, "laplace": 0.01})
+    cfg = build_config(FedPerGNN.Config, {**BASE, "laplace_scale": 0.01})
     ids = [0, 2, 3, 5, 7]
     e = wire.encode_dense(np.random.default_rng(0).normal(size=(40, DIM)).astype(np.float32))
     w = wire.encode_dense(LocalGAT(DIM, LAYERS, seed=3).flat())

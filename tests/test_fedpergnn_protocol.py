@@ -58,7 +58,7 @@ def shared_run():
     if not ray.is_initialized():
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     ds = small_dataset()
-    protocol = make({"clip": 1e-3, "laplace": 10.0}, ds)
+    protocol = make({"clip": 1e-3, "laplace_scale": 10.0}, ds)
     dep = deploy(protocol, "packed", 2, tap=True)
     try:
         initial = {u: dep.call(f"user/{u}", "get_embedding") for u in protocol.users}
@@ -292,7 +292,7 @@ def test_round_bytes_equal_formula(shared_run):
 def test_placement_invariance(ray_local):
     def run(placement, hosts):
         ds = small_dataset(n_users=6, n_items=30)  # dedicated: 6 + 3 actors
-        protocol = make({"laplace": 1e-4, "clip": 0.01}, ds)
+        protocol = make({"laplace_scale": 1e-4, "clip": 0.01}, ds)
         dep = deploy(protocol, placement, hosts)
         try:
             done = run_rounds(protocol, dep, 4, eval_every=0)  # evaluated after the last
@@ -394,7 +394,7 @@ def test_tiny_run_beats_popularity(ray_local):
             "pseudo_items": 8,
             "lr_item": 0.05,
             "clip": 0.05,
-            "laplace": 1e-4,
+            "laplace_scale": 1e-4,
         },
         ds,
     )
@@ -460,9 +460,9 @@ def _attack_f1(params: dict) -> float:
 
 def test_gradient_inference_on_real_uploads():
     """Clean uploads give the positives away; pseudo items plus Laplace noise hide them."""
-    clean = _attack_f1({"pseudo_items": 0, "laplace": 0.0, "clip": 10.0, "negatives": 30})
-    pseudo = _attack_f1({"pseudo_items": 30, "laplace": 0.0, "clip": 10.0, "negatives": 30})
-    noisy = _attack_f1({"pseudo_items": 30, "laplace": 1e-2, "clip": 5e-3, "negatives": 30})
+    clean = _attack_f1({"pseudo_items": 0, "laplace_scale": 0.0, "clip": 10.0, "negatives": 30})
+    pseudo = _attack_f1({"pseudo_items": 30, "laplace_scale": 0.0, "clip": 10.0, "negatives": 30})
+    noisy = _attack_f1({"pseudo_items": 30, "laplace_scale": 1e-2, "clip": 5e-3, "negatives": 30})
     print(f"gradient inference F1: clean {clean:.3f}, pseudo {pseudo:.3f}, pseudo+LDP {noisy:.3f}")
     assert clean > 0.8
     assert noisy < clean - 0.2
@@ -493,9 +493,9 @@ def test_authors_code_calibration_moves_the_noise_to_the_server(ray_local):
     of E after the update — the difference from the same round without any noise."""
     lam, lr = 0.05, 0.05
     emb, uploads, priv, protocol = _first_round(
-        {"calibration": "authors_code", "laplace": lam, "lr_item": lr}
+        {"calibration": "authors_code", "laplace_scale": lam, "lr_item": lr}
     )
-    clean_emb, clean_uploads, _, _ = _first_round({"laplace": 0.0, "lr_item": lr})
+    clean_emb, clean_uploads, _, _ = _first_round({"laplace_scale": 0.0, "lr_item": lr})
     assert len(uploads) == 10 and all(np.abs(u).max() <= 0.05 for u in uploads)
     assert all(np.array_equal(a, b) for a, b in zip(uploads, clean_uploads, strict=True))
     noise = emb - clean_emb
@@ -504,6 +504,6 @@ def test_authors_code_calibration_moves_the_noise_to_the_server(ray_local):
     assert abs(np.abs(noise).mean() / scale - 1) < 0.15  # E|Laplace(b)| = b; 960 draws
     assert priv["calibration"] == "authors_code" and priv["epsilon"] == math.inf
     assert priv["epsilon_per_coordinate_thesis"] == pytest.approx(2 * 0.05 / lam)
-    _, thesis_uploads, thesis_priv, _ = _first_round({"laplace": lam, "lr_item": lr})
+    _, thesis_uploads, thesis_priv, _ = _first_round({"laplace_scale": lam, "lr_item": lr})
     assert any(np.abs(u).max() > 0.05 for u in thesis_uploads)  # the thesis: noisy uploads
     assert thesis_priv["epsilon"] < math.inf
