@@ -79,12 +79,10 @@ class Ledger:
         return sum(v[0] for k, v in self.logical.items() if is_eval_phase(k[1]))
 
     def crossed_total(self, *, round_: int | None = None) -> int:
-        return sum(v for (rnd, _), v in self.crossed.items() if round_ is None or rnd == round_)
+        return _round_sum(self.crossed, round_)
 
     def crossed_nodes_total(self, *, round_: int | None = None) -> int:
-        return sum(
-            v for (rnd, _), v in self.crossed_nodes.items() if round_ is None or rnd == round_
-        )
+        return _round_sum(self.crossed_nodes, round_)
 
     def rows(self) -> list[dict]:
         """Every ledger entry as a JSON-able row, sorted."""
@@ -100,3 +98,8 @@ class Ledger:
             }
             for k, v in sorted(self.logical.items())
         ]
+
+
+def _round_sum(table: dict[tuple[int, str], int], round_: int | None) -> int:
+    """The bytes of a (round, phase) table: of one round, or of all when ``round_`` is None."""
+    return sum(v for (rnd, _), v in table.items() if round_ is None or rnd == round_)
