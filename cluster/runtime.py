@@ -60,8 +60,10 @@ def start_or_join(
         if address:
             _join(address, kwargs)
         else:
+            # "local": a new instance even when a `ray start` cluster runs on this machine (plain
+            # ray.init() would join that one); joining is what --address asks for
             with _local_auth_mode(), _driver_path_for_workers():
-                ray.init(num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
+                ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
         started = True
     res = ray.cluster_resources()
     alive = [n for n in ray.nodes() if n.get("Alive")]

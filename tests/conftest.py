@@ -16,12 +16,20 @@ needs_shared_data = pytest.mark.skipif(
 
 def start_test_ray():
     """The tests' local Ray instance (4 logical CPUs; hosts ask for fractions of them), started
-    once and kept for the following tests (re-started if a test shut it down)."""
+    once and kept for the following tests (re-started if a test shut it down). Under pytest-xdist
+    (pyproject's addopts: ``-n 2 --dist loadfile``) each worker process has its own instance, and a
+    test file's tests all run on one worker, so a module fixture is built once."""
     import ray
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     if not ray.is_initialized():
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        ray.init(  # "local": never the two-node test's `ray start` cluster, which plain init joins
+            address="local",
+            num_cpus=4,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="ERROR",
+        )
     return ray
 
 

@@ -76,7 +76,13 @@ def dropout_runs():
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     if not ray.is_initialized():
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        ray.init(
+            address="local",
+            num_cpus=4,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="ERROR",
+        )
     return {"packed1": drive("packed", 1, inspect=True), "packed3": drive("packed", 3)}
 
 

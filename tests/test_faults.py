@@ -45,7 +45,13 @@ def undisturbed(tmp_path_factory):
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        ray.init(
+            address="local",
+            num_cpus=4,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="ERROR",
+        )
     return _fedmf(tmp_path_factory.mktemp("faults"), "calm", Conditions())[1]
 
 

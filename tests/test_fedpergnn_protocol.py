@@ -56,7 +56,13 @@ def shared_run():
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     if not ray.is_initialized():
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        ray.init(
+            address="local",
+            num_cpus=4,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="ERROR",
+        )
     ds = small_dataset()
     protocol = make({"clip": 1e-3, "laplace_scale": 10.0}, ds)
     dep = deploy(protocol, "packed", 2, tap=True)
