@@ -206,6 +206,14 @@ def _add_condition_arguments(p: argparse.ArgumentParser) -> None:
         help="rounds between host snapshots for recovering a dead host (default: 5; 0 = none)",
     )
     c.add_argument(
+        "--max-failed-fraction",
+        type=float,
+        default=None,
+        help="a user or party whose handler raises fails for the round, like a dropout; the run "
+        "stops when more than this share of a round's participants failed (default: 0.5; 1 = "
+        "never). A server, key server or matcher that raises always stops it",
+    )
+    c.add_argument(
         "--kill-host",
         dest="kill_hosts",
         action="append",
@@ -213,6 +221,136 @@ def _add_condition_arguments(p: argparse.ArgumentParser) -> None:
         metavar="ROUND:HOST",
         help="fault injection: SIGKILL host HOST at the start of round ROUND (repeatable)",
     )
+
+
+_BARE = object()  # `--attack` without a name: verfedgnn's old de-anonymization switch
+
+
+def _add_adversary_arguments(p: argparse.ArgumentParser) -> None:
+    from adversaries import attacks, defences
+
+    g = p.add_argument_group(
+        "adversaries (also an [adversaries] table in --config; adversaries/)",
+        "fake users (ids after the real ones) or compromised users, chosen from (seed, node id); "
+        "every metric is the honest users'; target_er@K / target_hr@K: exposure of the target "
+        "items among honest users, reported whenever adversaries, targets or a defence are "
+        "given. Attacks [how adversaries join] (protocols: fedmf, fedpergnn, fedlightgcn):\n"
+        + attacks.describe()
+        + "\ndefences (options of the aggregating role):\n"
+        + defences.describe(),
+    )
+    g.add_argument(
+        "--adversaries",
+        dest="adv_fraction",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="adversaries per honest user (default: 0)",
+    )
+    g.add_argument(
+        "--attack",
+        dest="adv_attack",
+        nargs="?",
+        const=_BARE,
+        default=None,
+        metavar="NAME",
+        help="the attack the adversaries play (listed above; verfedgnn's own de-anonymization "
+        "attack is --deanonymization)",
+    )
+    g.add_argument(
+        "--attack-param",
+        dest="adv_params",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="an attack parameter (repeatable), e.g. scale=10, public_fraction=0.1",
+    )
+    g.add_argument(
+        "--adversary-mode",
+        dest="adv_mode",
+        choices=["fake", "compromised"],
+        default=None,
+        help="override how the attack's adversaries join",
+    )
+    g.add_argument(
+        "--targets",
+        dest="adv_targets",
+        default=None,
+        metavar="ID,ID,...",
+        help="the target items (default: the --n-targets least popular training items)",
+    )
+    g.add_argument(
+        "--n-targets",
+        dest="adv_n_targets",
+        type=int,
+        default=None,
+        metavar="N",
+        help="how many least popular items are targets (default: 1)",
+    )
+    g.add_argument(
+        "--er-k",
+        dest="adv_er_k",
+        type=int,
+        default=None,
+        metavar="K",
+        help="K of target_er@K and target_hr@K (default: 10)",
+    )
+    g.add_argument(
+        "--defence",
+        dest="adv_defence",
+        default=None,
+        metavar="NAME",
+        help="robust aggregation at the aggregating role (listed above; default: the mean)",
+    )
+    g.add_argument(
+        "--defence-param",
+        dest="adv_defence_params",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="a defence parameter (repeatable), e.g. beta=0.1, f=0.2, bound=1",
+    )
+
+
+ADVERSARY_FLAGS = {
+    "adv_fraction": "fraction",
+    "adv_attack": "attack",
+    "adv_mode": "mode",
+    "adv_targets": "targets",
+    "adv_n_targets": "n_targets",
+    "adv_er_k": "er_k",
+    "adv_defence": "defence",
+}
+
+
+def _adversaries(parser, args, table: dict):
+    """The run's :class:`adversaries.Adversaries` from the [adversaries] table and the flags
+    (None when neither gives anything); a mistake is one line."""
+    from adversaries import Adversaries, AdversaryError
+
+    values = dict(table)
+    for flag, key in ADVERSARY_FLAGS.items():
+        if getattr(args, flag, None) is not None:
+            values[key] = getattr(args, flag)
+    for flag, key, option in (
+        ("adv_params", "params", "--attack-param"),
+        ("adv_defence_params", "defence_params", "--defence-param"),
+    ):
+        given = getattr(args, flag, None)
+        if given:
+            pairs = dict(values.get(key, {}))
+            for item in given:
+                name, eq, value = item.partition("=")
+                if not eq or not name:
+                    parser.error(f"{option}: expected KEY=VALUE, got {item!r}")
+                pairs[name.strip()] = value.strip()
+            values[key] = pairs
+    if not values:
+        return None
+    try:
+        return Adversaries.from_dict(values)
+    except (AdversaryError, TypeError) as e:
+        parser.error(f"adversaries: {e}")
 
 
 def build_parser(protocol_help: str | None = None) -> argparse.ArgumentParser:
@@ -246,6 +384,7 @@ def build_parser(protocol_help: str | None = None) -> argparse.ArgumentParser:
         help="write RUN_DIR/checkpoint.pkl every N rounds and after the last (default: never)",
     )
     _add_condition_arguments(p)
+    _add_adversary_arguments(p)
     p.add_argument(
         "--resume",
         default=None,
@@ -343,6 +482,7 @@ def build_compare_parser() -> argparse.ArgumentParser:
     _add_shared_arguments(p)
     _add_run_arguments(p, rounds_default=None)
     _add_condition_arguments(p)
+    _add_adversary_arguments(p)
     return p
 
 
@@ -450,6 +590,9 @@ def parse(argv: list[str] | None = None):
         (named if _is_protocol(named) else DEFAULT_PROTOCOL) if wants_help else None
     )
     args, extras = parser.parse_known_args(argv)
+    if args.adv_attack is _BARE:  # `--attack` alone: verfedgnn's switch, now --deanonymization
+        args.adv_attack = None
+        extras.append("--deanonymization")
     if args.resume is not None:
         _refuse_on_resume(parser, argv)
     elif args.rounds is None:
@@ -476,6 +619,7 @@ def parse(argv: list[str] | None = None):
         except ValueError as e:
             parser.error(f"--protocol {args.protocol}: {e}")
     _condition_flags(parser, args, conditions)
+    args.adversaries = _adversaries(parser, args, getattr(args, "adversaries_table", {}))
     return parser, args, params, dataset_opts, conditions
 
 
@@ -547,6 +691,7 @@ def _read_config(parser, args, *, compare: bool) -> tuple[dict, dict, dict, dict
         parser.error(f"--config {args.config}: not valid TOML ({e})")
     dataset_opts = doc.pop("dataset", {})
     conditions = doc.pop("conditions", {})
+    args.adversaries_table = doc.pop("adversaries", {})  # read by _adversaries
     compare_table = doc.pop("compare", {})
     params = doc.pop("protocol", {})
     params.update({k: v for k, v in doc.items() if not isinstance(v, dict)})
@@ -554,7 +699,7 @@ def _read_config(parser, args, *, compare: bool) -> tuple[dict, dict, dict, dict
     if unknown_tables:
         parser.error(
             f"--config {args.config}: unknown table(s) {unknown_tables} "
-            "(known: [protocol], [dataset], [conditions], [compare])"
+            "(known: [protocol], [dataset], [conditions], [adversaries], [compare])"
         )
     if compare and params:
         parser.error(
@@ -598,6 +743,7 @@ CONDITION_FLAGS = (
     "speed_spread",
     "user_link",
     "snapshot_every",
+    "max_failed_fraction",
 )
 
 COMPARE_KEYS = ("protocols", "rounds", "baselines", "quick")
@@ -652,6 +798,9 @@ def parse_compare(argv: list[str] | None = None):
         except ConfigError as err:
             parser.error(f"{e.label}: protocol parameter {err}")
     _condition_flags(parser, args, conditions)
+    if args.adv_attack is _BARE:
+        parser.error("--attack: give the attack's name (listed by --help)")
+    args.adversaries = _adversaries(parser, args, getattr(args, "adversaries_table", {}))
     return parser, args, entries, dataset_opts, conditions
 
 
@@ -666,10 +815,11 @@ def main(argv: list[str] | None = None) -> int:
     parser, args, params, dataset_opts, condition_values = parse(argv)
     if args.resume is not None:
         return _resume(parser, args, params)
+    from adversaries import AdversaryError
     from cluster.runtime import ClusterError
     from engine import run
     from nodes.conditions import ConditionsError
-    from nodes.deployment import HostLostError, PlacementError
+    from nodes.deployment import HostLostError, NodeFailure, PlacementError
     from protocols import get_protocol
     from protocols.base import ConfigError, UnsuitableDataError, build_config
 
@@ -698,7 +848,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(_placement_message(e))
     except ConditionsError as e:  # conditions that do not fit the run's nodes, rounds or hosts
         parser.error(f"run condition {e}")
+    except AdversaryError as e:  # an attack without a role in this protocol, targets out of range
+        parser.error(f"--protocol {args.protocol}: {e}")
     except HostLostError as e:
+        print(f"launch.py: run stopped: {e}", file=sys.stderr)
+        return 1
+    except NodeFailure as e:  # one line; the traceback is in the run folder
         print(f"launch.py: run stopped: {e}", file=sys.stderr)
         return 1
     except ClusterError as e:  # --address: nobody answers there, or the cluster wants a token
@@ -733,6 +888,7 @@ def _settings(args, conditions, **fields):
         out=args.out,
         progress=not args.no_progress,
         conditions=conditions,
+        adversaries=getattr(args, "adversaries", None),
         **fields,
     )
 
@@ -806,7 +962,7 @@ def _resume(parser, args, params: dict) -> int:
     from cluster.runtime import ClusterError
     from engine import resume
     from engine.checkpoint import CheckpointError
-    from nodes.deployment import HostLostError, PlacementError
+    from nodes.deployment import HostLostError, NodeFailure, PlacementError
     from protocols.base import ConfigError
 
     try:
@@ -829,6 +985,9 @@ def _resume(parser, args, params: dict) -> int:
     except PlacementError as e:
         parser.error(_placement_message(e))
     except HostLostError as e:
+        print(f"launch.py: run stopped: {e}", file=sys.stderr)
+        return 1
+    except NodeFailure as e:  # one line; the traceback is in the run folder
         print(f"launch.py: run stopped: {e}", file=sys.stderr)
         return 1
     except ClusterError as e:

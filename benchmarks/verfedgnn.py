@@ -130,7 +130,7 @@ def federated(ds, params: dict, rounds: int, every: int, seed: int) -> dict:
 
 def attack_table(ds, rounds: int, seed: int, p_ads: list[float], projection: str) -> dict:
     """The de-anonymization attack (§6.2.3, Table 3) for each p_ad: party 0 attacks party 1
-    through the protocol's real messages (``attack = true``, evaluated after ``rounds``
+    through the protocol's real messages (``deanonymization = true``, evaluated after ``rounds``
     iterations); beside it ``simulate`` on the victim's trained item embeddings and honest edges
     (VerFedGNN with a fresh Φ, the unprojected aggregate, FedPerGNN-style)."""
     from engine import deploy, run_rounds
@@ -138,7 +138,13 @@ def attack_table(ds, rounds: int, seed: int, p_ads: list[float], projection: str
 
     out = {}
     for p_ad in p_ads:
-        params = {"parties": 4, "gnn": "gcn", "psi": True, "attack": True, "attack_p_ad": p_ad}
+        params = {
+            "parties": 4,
+            "gnn": "gcn",
+            "psi": True,
+            "deanonymization": True,
+            "attack_p_ad": p_ad,
+        }
         params["projection"] = projection
         proto = VerFedGNN(ds, build_config(VerFedGNN.Config, params), seed=seed)
         dep = deploy(proto, "packed")
@@ -307,7 +313,13 @@ def main() -> None:
     import ray
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray.init(
+        address="local",
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
+    )
     torch.set_num_threads(1)
     if args.scale:
         figures = {

@@ -259,7 +259,10 @@ def paper_figure(privacy: dict) -> dict | None:
 def attack_figures(summary: dict) -> dict:
     """Attack measurements of the run: metrics named ``attack_*`` (measured at an evaluation) and
     the PrivacyReport's ``attacks`` (``privacy.attacks`` in summary.json)."""
-    out = {k: v for k, v in (summary.get("metrics") or {}).items() if k.startswith("attack_")}
+    # attack_*: leakage measured at an evaluation; target_*: exposure of an attack's target
+    # items among honest users (adversaries/), beside the main metric
+    metrics = summary.get("metrics") or {}
+    out = {k: v for k, v in metrics.items() if k.startswith(("attack_", "target_"))}
     out.update((summary.get("privacy") or {}).get("attacks") or {})
     return out
 

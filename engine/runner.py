@@ -3,11 +3,15 @@ deployment of a protocol (:func:`deploy`, the one way tests, benchmarks and the 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
+import pickle
 import platform
 import shutil
 import sys
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +19,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from adversaries.condition import Adversaries
 from cluster.message import role_of
 from cluster.runtime import start_or_join
 from data.types import RecDataset
@@ -24,7 +29,14 @@ from engine.loop import rounds
 from engine.report import RunReport, dataset_record, new_run_dir, privacy_row
 from models.baselines import trivial_baselines
 from nodes.conditions import Conditions
-from nodes.deployment import Deployment, HostLostError, NodeSpec, PlacementError, assign_hosts
+from nodes.deployment import (
+    Deployment,
+    HostLostError,
+    NodeFailure,
+    NodeSpec,
+    PlacementError,
+    assign_hosts,
+)
 from protocols import DEFAULT_PROTOCOL, get_protocol
 from protocols.base import (
     ConfigError,
@@ -55,6 +67,8 @@ class RunSettings:
         0  # write run_dir/checkpoint.pkl every N rounds and after the last (0: never)
     )
     conditions: Conditions = field(default_factory=Conditions)  # availability, clock, faults
+    # fake or compromised users, target items, the aggregating role's defence (None: honest run)
+    adversaries: Adversaries | None = None
 
 
 @dataclass
@@ -96,6 +110,7 @@ def prepare(settings: RunSettings, dataset: RecDataset) -> Plan:
         raise
     except ValueError as e:  # the protocol refuses the data, before Ray starts
         raise UnsuitableDataError(str(e)) from e
+    protocol.set_adversaries(settings.adversaries)  # AdversaryError: no such role, bad targets
     specs = protocol.node_specs()
     return Plan(protocol, config, specs, check_plan(settings, specs))
 
@@ -293,7 +308,7 @@ def deploy(
     return Deployment(
         protocol.node_specs() if specs is None else specs,
         seed=protocol.seed,
-        shared=protocol.shared(),
+        shared=shared_of(protocol),
         placement=placement,
         hosts=hosts,
         cpus_per_host=cpus_per_host,
@@ -302,6 +317,16 @@ def deploy(
         conditions=conditions,
         status=status,
     )
+
+
+def shared_of(protocol: Protocol):
+    """``protocol.shared()`` with the run's adversary condition as its nodes read it
+    (``Shared.threat``: target items, defence) when ``set_adversaries`` planned one."""
+    shared = protocol.shared()
+    plan = getattr(protocol, "adversary_plan", None)
+    if plan is not None:
+        shared = dataclasses.replace(shared, threat=plan.threat)
+    return shared
 
 
 def _deploy(settings: RunSettings, protocol: Protocol, specs: list[NodeSpec]) -> Deployment:
@@ -362,10 +387,70 @@ def privacy_of(protocol: Protocol) -> PrivacyReport:
     return report
 
 
+def _adversaries_record(protocol: Protocol) -> dict | None:
+    """summary.json's ``adversaries``: the attack, how many fake and compromised users, the
+    targets and the defence (None: an honest run without target items)."""
+    plan = getattr(protocol, "adversary_plan", None)
+    return plan.summary() if plan is not None else None
+
+
 def _conditions_record(settings: RunSettings) -> dict:
     c = dataclasses.asdict(settings.conditions)
     c.pop("online_rounds", None)
     return c
+
+
+def _stop(
+    e: NodeFailure, settings, dataset, dep, run_dir: Path, rollback: dict | None, faults: list
+) -> None:
+    """A run stopped by a failing node: its traceback in ``run_dir/traceback.txt``, a resumable
+    checkpoint (the last one written, or one of the start of the last snapshot round when that
+    is later: every host's snapshot of that round and the driver's state then), summary.json with
+    ``status: "failed"``, and ``e``'s message extended to one line naming both files."""
+    run_dir = Path(run_dir)
+    tb_path = run_dir / "traceback.txt"
+    tb_path.write_text(e.traceback or "".join(traceback.format_exception(e)))
+    try:
+        saved = load_checkpoint(run_dir)["next_round"]
+    except CheckpointError:
+        saved = None
+    hosts = dep.host_snapshots(rollback["next_round"]) if rollback else None
+    if hosts is not None and (saved is None or rollback["next_round"] > saved):
+        save_checkpoint(
+            run_dir,
+            {
+                "next_round": rollback["next_round"],
+                "settings": settings,
+                "protocol": pickle.loads(rollback["protocol"]),
+                "deployment": {**rollback["between"], "hosts": hosts},
+                "metrics": rollback["metrics"],
+                "elapsed": rollback["elapsed"],
+                "totals": rollback["totals"],
+            },
+        )
+        saved = rollback["next_round"]
+    error = {"node": e.node, "round": e.round, "phase": e.phase, "error": e.message}
+    summary = {
+        "status": "failed",
+        "error": error,
+        "protocol": settings.protocol,
+        "dataset": dataset.name,
+        "seed": settings.seed,
+        "placement": settings.placement,
+        "hosts": settings.hosts,
+        "rounds": settings.rounds,
+        "faults": faults,
+        "traceback": str(tb_path),
+        "resumes_at_round": saved,  # None: no checkpoint
+        "run_dir": str(run_dir),
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    hint = (
+        f"resume: python launch.py --resume {run_dir}"
+        if saved is not None
+        else "no checkpoint (--snapshot-every 0 and no --checkpoint-every)"
+    )
+    e.args = (f"{e} (traceback: {tb_path}; {hint})",)
 
 
 def _drive(
@@ -375,6 +460,8 @@ def _drive(
     current = start
     sim_total = totals.get("sim_seconds", 0.0)
     faults = list(totals.get("faults", []))
+    rejected = {k: dict(v) for k, v in totals.get("rejected", {}).items()}  # kind -> reason -> n
+    rollback: dict | None = None  # the state at the start of the last snapshot round
     try:
         bar = tqdm(
             desc=settings.protocol,
@@ -385,9 +472,24 @@ def _drive(
         )
         status = dep.status = _Status(settings)
 
+        every_snap = settings.conditions.snapshot_every
+
         def before_round(rnd: int) -> None:
-            nonlocal current
+            nonlocal current, rollback
             current = status.round = rnd
+            if every_snap and rnd % every_snap == 0:
+                # the driver's side of the hosts' snapshot of this round (Deployment.begin_round):
+                # with it a failing server leaves a checkpoint of this round (_stop)
+                rollback = {
+                    "next_round": rnd,
+                    "protocol": pickle.dumps(protocol, protocol=pickle.HIGHEST_PROTOCOL),
+                    "between": dep.between_rounds(),
+                    "metrics": metrics,
+                    "elapsed": time.perf_counter() - t_start,
+                    "totals": copy.deepcopy(
+                        {"sim_seconds": sim_total, "faults": faults, "rejected": rejected}
+                    ),
+                }
 
         def evaluating(on: bool) -> None:
             name = settings.protocol
@@ -408,6 +510,10 @@ def _drive(
             privacy = privacy_of(protocol)
             sim_total += stats["sim_seconds"]
             faults.extend(stats["faults"])
+            for kind, by_reason in stats.get("rejected", {}).items():
+                total = rejected.setdefault(kind, {})
+                for reason, n in by_reason.items():
+                    total[reason] = total.get(reason, 0) + n
             row = {
                 "round": rnd,
                 "train": train,
@@ -425,6 +531,8 @@ def _drive(
                 "dropped": len(stats["dropped"]),
                 "late": stats["late"],
                 "late_nodes": len(stats["late_nodes"]),
+                # messages that failed their receiver's check: kind -> reason -> count
+                "rejected": stats.get("rejected", {}),
                 "faults": stats["faults"],
             }
             report.add_round(row)
@@ -441,13 +549,18 @@ def _drive(
                         "deployment": dep.snapshot(),
                         "metrics": metrics,
                         "elapsed": time.perf_counter() - t_start,
-                        "totals": {"sim_seconds": sim_total, "faults": faults},
+                        "totals": {
+                            "sim_seconds": sim_total,
+                            "faults": faults,
+                            "rejected": rejected,
+                        },
                     },
                 )
         if dep.has_pending():
             raise RuntimeError("messages were left undelivered at the end of the run")
         wall = time.perf_counter() - t_start
         summary = {
+            "status": "ok",  # "failed": a node stopped the run (see _stop)
             "protocol": settings.protocol,
             "dataset": dataset.name,
             # format, files (sha256) and sizes, from data.registry.load_dataset
@@ -469,13 +582,18 @@ def _drive(
             "wall_seconds": wall,
             "sim_seconds": sim_total,
             "faults": faults,
+            "rejected": {k: dict(sorted(v.items())) for k, v in sorted(rejected.items())},
             "conditions": _conditions_record(settings),
+            "adversaries": _adversaries_record(protocol),
             "baselines": trivial_baselines(dataset, k=config.eval_k),
             "run_dir": str(run_dir),
         }
         report.write_summary(summary)
     except HostLostError as e:
         raise HostLostError(f"{e}{_resume_hint(run_dir)}") from None
+    except NodeFailure as e:
+        _stop(e, settings, dataset, dep, run_dir, rollback, faults + dep.round_stats()["faults"])
+        raise
     except KeyboardInterrupt:
         raise RunInterrupted(f"interrupted in round {current}{_resume_hint(run_dir)}") from None
     finally:

@@ -325,6 +325,44 @@ def own_table_ranking_metrics(
     return ranking_metrics(top, test_items, ks=(k,))
 
 
+def target_exposure(
+    topk: torch.Tensor | np.ndarray, train_items: list[np.ndarray], targets: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exposure of the ``targets`` (items an attack promotes) in ranked lists ``topk`` [B, K]:
+    per user, ``er`` (1 when its top K holds a target it has not interacted with: the exposure
+    ratio ER@K of FedRecAttack), ``hr`` (the share of its non-interacted targets in its top K:
+    HR@K of the targets) and ``counted`` (False for a user who has interacted with every target:
+    it has nothing to be exposed to and is left out)."""
+    ranked = topk.detach().cpu().numpy() if isinstance(topk, torch.Tensor) else np.asarray(topk)
+    t = np.asarray(sorted(set(int(x) for x in targets)), dtype=np.int64)
+    er = np.zeros(len(ranked))
+    hr = np.zeros(len(ranked))
+    counted = np.zeros(len(ranked), dtype=bool)
+    for b, (row, train) in enumerate(zip(ranked, train_items)):
+        open_t = t[~np.isin(t, train)]
+        if not len(open_t):
+            continue
+        shown = np.isin(open_t, row)
+        counted[b], er[b], hr[b] = True, float(shown.any()), float(shown.mean())
+    return er, hr, counted
+
+
+def own_table_target_exposure(
+    user_vecs: torch.Tensor,
+    item_mats: list[np.ndarray],
+    train_items: list[np.ndarray],
+    targets: Sequence[int],
+    k: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`target_exposure` at ``k`` when user b scores every item with its own copy
+    ``item_mats[b]`` of the item table (as :func:`own_table_ranking_metrics`)."""
+    if all(m is item_mats[0] for m in item_mats):
+        scores = user_vecs @ torch.from_numpy(item_mats[0]).T
+    else:
+        scores = torch.stack([torch.from_numpy(m) @ u for u, m in zip(user_vecs, item_mats)])
+    return target_exposure(topk_excluding(scores, train_items, k), train_items, targets)
+
+
 # --------------------------------------------------------------------------- rating metrics
 
 

@@ -17,6 +17,12 @@ and treats them as absent for the rest of the interrupted round; the fault is re
 (:attr:`faults`). Message batches the dead host had sent and not yet delivered are lost with it;
 hosts whose inputs they were run their step again without them. Without a snapshot the deployment
 raises :class:`HostLostError`, one line naming the host and the round.
+
+A participant whose handler raises (nodes/host.py, ``Host._handle``) has failed for the round: its
+fault (``kind: "exception"``, node, round, phase, the exception's line) joins :attr:`faults`, and
+the rest of the round's supersteps treat it as offline. A non-participant that raises, or more
+than ``conditions.max_failed_fraction`` of the participants that ran in a round, raise
+:class:`NodeFailure`.
 """
 
 from __future__ import annotations
@@ -49,6 +55,18 @@ class PlacementError(ValueError):
 
 class HostLostError(RuntimeError):
     """A host died and its nodes cannot be restored (no snapshot, or no replacement started)."""
+
+
+class NodeFailure(RuntimeError):
+    """A node whose failure stops the run: the handler of a server, key server, matcher or
+    curator (any role outside ``conditions.dropout_roles``) raised, or more than
+    ``conditions.max_failed_fraction`` of a round's participants did. ``str()`` is one line (node,
+    round, phase, message); ``traceback`` holds the node's full traceback."""
+
+    def __init__(self, node: str, round_: int, phase: str, message: str, traceback: str = ""):
+        super().__init__(f"{node} failed in round {round_}, phase {phase!r}: {message}")
+        self.node, self.round, self.phase, self.message = node, round_, phase, message
+        self.traceback = traceback
 
 
 @dataclass(frozen=True)
@@ -199,6 +217,11 @@ class Deployment:
         self._round = round_
         self._sim = 0.0
         self._stats = {"dropped": set(), "late": 0, "late_nodes": set(), "undelivered": 0}
+        self._rejected: dict[str, dict[str, int]] = {}  # kind -> reason -> messages
+        # participants whose handler raised this round, by kind of phase (training: True), and
+        # how many participants ran a handler per host: the share that failed
+        self._failed: dict[bool, list[str]] = {True: [], False: []}
+        self._ran: dict[bool, dict[int, int]] = {True: {}, False: {}}
 
     def begin_round(self, round_: int) -> None:
         """Start round ``round_``: fire the faults injected for it (``kill_hosts``), then take the
@@ -233,7 +256,8 @@ class Deployment:
 
     def round_stats(self) -> dict:
         """The current round so far: simulated seconds, participants dropped (offline or lost to a
-        fault), late messages and their senders, undelivered messages, faults."""
+        fault), late messages and their senders, undelivered messages, messages rejected by their
+        receivers' checks (kind -> reason -> count, cluster/validate.py), faults."""
         st = self._stats
         return {
             "sim_seconds": self._sim,
@@ -241,6 +265,7 @@ class Deployment:
             "late": st["late"],
             "late_nodes": sorted(st["late_nodes"]),
             "undelivered": st["undelivered"],
+            "rejected": {k: dict(v) for k, v in sorted(self._rejected.items())},
             "faults": [f for f in self.faults if f["round"] == self._round],
         }
 
@@ -266,8 +291,10 @@ class Deployment:
 
         lost = sorted(g for g, r in self._absent.items() if r == round_)
 
+        failed = self._failed[training]
+
         def submit(h: int, sources: list):
-            c = dict(ctrl, absent=h in lost, absent_hosts=lost)
+            c = dict(ctrl, absent=h in lost, absent_hosts=lost, failed=list(failed))
             return self.hosts[h].step.remote(
                 round_, phase, list(activate), self.tap, c, *[ref for _, ref in sources]
             )
@@ -292,9 +319,14 @@ class Deployment:
             ]
             for h, res in zip(starved, ray.get([submit(h, a) for h, a in zip(starved, alive)])):
                 results[h] = res
+        failures = [r["failure"] for r in results.values() if "failure" in r]
+        if failures:  # a server, key server, matcher...: the run stops
+            f = min(failures, key=lambda f: f["node"])
+            raise NodeFailure(f["node"], f["round"], f["phase"], f["error"], f["traceback"])
         wall = time.perf_counter() - t0
         pending: list[list] = [[] for _ in range(self.n_hosts)]
         reports: dict[str, list[float]] = defaultdict(list)
+        raised: list[dict] = []  # participants whose handler raised (hosts' fault records)
         for src in sorted(results):
             res = results[src]
             for dst, ref in res["batches"].items():
@@ -310,6 +342,11 @@ class Deployment:
             self._stats["late"] += res["late"]
             self._stats["late_nodes"].update(res["late_nodes"])
             self._stats["undelivered"] += res["undelivered"]
+            raised.extend(res.get("faults", ()))
+            self._ran[training][src] = res.get("participants", 0)
+            for (kind, reason), n in res.get("rejected", {}).items():
+                by_reason = self._rejected.setdefault(kind, {})
+                by_reason[reason] = by_reason.get(reason, 0) + n
         self._pending = pending
         self._pending_local = [
             results[h]["pending_local"] if h in results else 0 for h in range(self.n_hosts)
@@ -330,7 +367,32 @@ class Deployment:
                 "sim": step_sim,
             }
         )
+        for f in sorted(raised, key=lambda f: f["node"]):  # the same whatever the placement
+            failed.append(f["node"])
+            self._stats["dropped"].add(f["node"])
+            self.faults.append({"kind": "exception", **f, "nodes": 1})
+        if failed:
+            self._check_failures(round_, phase, training)
         return StepResult(dict(reports), wall, compute, codec)
+
+    def _check_failures(self, round_: int, phase: str, training: bool) -> None:
+        """Stop the run (:class:`NodeFailure`) when more than ``max_failed_fraction`` of the
+        participants that ran a handler this round (training and evaluation counted apart) have
+        raised."""
+        failed = self._failed[training]
+        ran = sum(self._ran[training].values())
+        limit = self.conditions.max_failed_fraction
+        if len(failed) > limit * ran:
+            first = next(
+                f for f in self.faults if f.get("kind") == "exception" and f["node"] == failed[0]
+            )
+            raise NodeFailure(
+                f"{len(failed)} of the {ran} participants that ran",
+                round_,
+                phase,
+                f"more than max_failed_fraction = {limit:g} raised (first: {first['node']}, "
+                f"phase {first['phase']!r}: {first['error']})",
+            )
 
     def _recover(self, h: int, round_: int, phase: str) -> None:
         """Replace dead host ``h``, restore its nodes from their last snapshot, and mark them absent
@@ -373,6 +435,7 @@ class Deployment:
         self._stats["dropped"].update(nodes)
         self.faults.append(
             {
+                "kind": "host",  # a dead host, replaced (a handler's exception: "exception")
                 "round": round_,
                 "phase": phase,
                 "host": h,
@@ -394,6 +457,31 @@ class Deployment:
             "pending": [[bytes(ray.get(ref)) for _, ref in refs] for refs in self._pending],
             "ledger": self.ledger.export(),
         }
+
+    def between_rounds(self) -> dict:
+        """What :meth:`snapshot` holds besides the hosts' nodes, taken now (between rounds): the
+        route, the undelivered batches and the ledger. With :meth:`host_snapshots` of the same
+        round it makes a :meth:`snapshot` of that round (the runner's checkpoint of the last
+        snapshot round when a server fails)."""
+        return {
+            "route": dict(self.route),
+            "pending": [[bytes(ray.get(ref)) for _, ref in refs] for refs in self._pending],
+            "ledger": self.ledger.export(),
+        }
+
+    def host_snapshots(self, round_: int) -> list[bytes] | None:
+        """Every host's snapshot taken at the start of ``round_`` (:meth:`begin_round`), or None
+        when some host has none of that round (a host replaced since, or none was taken)."""
+        refs = []
+        for kept in self._snapshots:
+            ref = next((ref for r, ref in kept if r == round_), None)
+            if ref is None:
+                return None
+            refs.append(ref)
+        try:
+            return ray.get(refs)
+        except RayActorError:
+            return None
 
     def restore(self, state: dict) -> None:
         """Put a :meth:`snapshot` back; the deployment must have been made with the same nodes

@@ -15,14 +15,16 @@ import io
 import os
 import pickle
 import time
+import traceback
 from collections import defaultdict
 
 import ray
 import ray.cloudpickle as cloudpickle
 import torch
 
-from cluster.ledger import Ledger
+from cluster.ledger import Ledger, is_eval_phase
 from cluster.message import Message, decode_batch, encode_batch, role_of
+from cluster.validate import screen
 from nodes.node import Node, NodeContext, Shared
 
 
@@ -74,6 +76,24 @@ def dumps_specs(specs: list[tuple[type, str, dict]]) -> bytes:
     return cloudpickle.dumps(specs, protocol=4)
 
 
+def one_line(e: BaseException, limit: int = 300) -> str:
+    """``ExcType: message`` on one line, at most ``limit`` characters."""
+    text = " ".join(f"{type(e).__name__}: {e}".split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _failure(node: str, round_: int, phase: str, e: BaseException) -> dict:
+    """What the driver learns of a node whose handler raised: where, the exception in one line and
+    its full traceback."""
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    return {"node": node, "round": round_, "phase": phase, "error": one_line(e), "traceback": tb}
+
+
+def _fault(node: str, round_: int, phase: str, e: BaseException) -> dict:
+    """A participant's fault record (no traceback: the round goes on)."""
+    return {"node": node, "round": round_, "phase": phase, "error": one_line(e)}
+
+
 # torch's global RNG as a fresh process has it (its default seed): a reset host restores it, so
 # a reused actor computes what a new one would even where a model draws from the global RNG
 _FRESH_TORCH_RNG = torch.get_rng_state()
@@ -88,6 +108,10 @@ class Host:
         self.nodes: dict[str, Node] = {}
         self.route: dict[str, int] = {}
         self.local_inbox: list[Message] = []
+        # ((round, training?), participants that ran a handler in it): the share that failed
+        self._ran: tuple = (None, set())
+        # what a participant's rollback needs this round (see _handle)
+        self._round_log: dict = {"round": None, "blobs": [], "where": {}, "steps": []}
 
     def reset(self, index: int, seed: int, shared: Shared, num_cpus: float, conditions=None):
         """Become the fresh host the constructor makes with these arguments (cluster.runtime
@@ -136,6 +160,7 @@ class Host:
             node.ctx = self.ctx
         self.nodes = state["nodes"]
         self.local_inbox = state["local_inbox"] if keep_mail else []
+        self._round_log = {"round": None, "blobs": [], "where": {}, "steps": []}
         return len(self.local_inbox)
 
     def info(self) -> dict:
@@ -154,8 +179,14 @@ class Host:
         self, round_: int, phase: str, activate: list[str], tap: bool, ctrl: dict, *batches: bytes
     ) -> dict:
         """Run one superstep. ``ctrl``: ``availability`` (apply the run's availability model),
-        ``absent`` (every node here lost the round to a fault), ``t_start`` (simulated seconds
-        since the round began, for the deadline), ``clock`` (measure simulated time)."""
+        ``absent`` (every node here lost the round to a fault), ``failed`` (participants whose
+        handler raised earlier in this round: skipped like offline ones), ``t_start`` (simulated
+        seconds since the round began, for the deadline), ``clock`` (measure simulated time).
+
+        A participant (``conditions.participant``) whose handler raises has failed for the round
+        (:meth:`_handle`): put back as it was before this superstep, its outputs and inbox
+        discarded, listed in ``faults``. Any other node's exception ends the step at once with
+        ``failure`` (node, round, phase, message, traceback), which the driver raises."""
         t0 = time.perf_counter()
         cond = self.ctx.conditions
         seed = self.ctx.seed
@@ -163,7 +194,11 @@ class Host:
         avail = bool(ctrl.get("availability")) and not cond.fair_weather
         offline_cache: dict[str, bool] = {}
 
+        failed = set(ctrl.get("failed", ()))  # participants whose handler raised this round
+
         def away(nid: str) -> bool:  # offline this round (availability), or lost to a fault
+            if nid in failed:
+                return True
             if not avail:
                 return False
             v = offline_cache.get(nid)
@@ -174,6 +209,8 @@ class Host:
         lost_hosts = set(ctrl.get("absent_hosts", ()))  # hosts whose nodes lost this round
         dropped: set[str] = set()
         undelivered = 0
+        rejected: dict[tuple[str, str], int] = defaultdict(int)  # (kind, reason) -> messages
+        shared, checked = self.ctx.shared, {}  # verdicts per (payload object, check)
         inbox: dict[str, list[Message]] = defaultdict(list)
         incoming = list(self.local_inbox)
         self.local_inbox = []
@@ -188,6 +225,10 @@ class Host:
                 dropped.add(m.dst)
                 undelivered += 1
                 continue
+            bad = screen(type(self.nodes[m.dst]).ACCEPTS, m, phase, shared, checked)
+            if bad is not None:  # untrusted input that fails its check never reaches a handler
+                rejected[(m.kind, bad.reason)] += 1
+                continue
             inbox[m.dst].append(m)
         for msgs in inbox.values():  # a deterministic order, whatever the placement
             msgs.sort(key=lambda m: m.src)
@@ -199,10 +240,14 @@ class Host:
                     active.add(a)
             else:
                 active.update(nid for nid in self.nodes if role_of(nid) == a)
-        if absent or avail:
+        if absent or avail or failed:
             gone = {nid for nid in active if absent or away(nid)}
             dropped |= gone
             active -= gone
+        key = (round_, bool(ctrl.get("clock")))
+        if self._ran[0] != key:
+            self._ran = (key, set())
+        self._ran[1].update(nid for nid in active if cond.participant(nid))
         by_class: dict[type, list[str]] = defaultdict(list)
         for nid in sorted(active):
             by_class[type(self.nodes[nid])].append(nid)
@@ -216,12 +261,19 @@ class Host:
         reports: dict[str, list[float]] = defaultdict(list)
         outgoing: dict[int, list[Message]] = defaultdict(list)
         sim_max, late, late_nodes = 0.0, 0, []
+        faults: list[dict] = []
         for cls, nids in sorted(by_class.items(), key=lambda kv: kv[0].__name__):
-            nodes = [self.nodes[n] for n in nids]
-            for n in nodes:
-                n.round, n.phase = round_, phase
             tc = time.perf_counter()
-            cls.handle_batch(nodes, phase, [inbox.get(n, []) for n in nids])
+            nids, raised, failure = self._handle(cls, nids, round_, phase, inbox)
+            if failure is not None:  # a server, key server, matcher...: the run stops
+                return {"failure": failure}
+            for f in raised:  # failed for the round, like a dropout: its inbox is not delivered
+                dropped.add(f["node"])
+                undelivered += len(inbox.get(f["node"], ()))
+            faults.extend(raised)
+            if not nids:
+                continue
+            nodes = [self.nodes[n] for n in nids]
             share = (time.perf_counter() - tc) / len(nodes)  # each node's share of the batch
             for n in nodes:
                 out, rep = n._drain()
@@ -280,9 +332,120 @@ class Host:
             "sim": sim_max,
             "dropped": sorted(dropped),
             "undelivered": undelivered,
+            "rejected": dict(rejected),
             "late": late,
             "late_nodes": late_nodes,
+            "faults": faults,
+            "participants": len(self._ran[1]),  # that ran a handler this round (this kind)
         }
+
+    def _handle(self, cls, nids: list[str], round_: int, phase: str, inbox: dict):
+        """Run the handler of ``cls`` for the nodes ``nids`` (one batch). Returns the nodes that
+        completed, the fault records of participants that raised, and the failure of a
+        non-participant that raised (else None).
+
+        A participant that raises has failed for the round, as if it had been offline all round:
+        the host keeps each participant's state as the round found it (pickled once per round, at
+        its first training superstep, :meth:`_remember`) and the inboxes of the round's training
+        supersteps. When a batch raises, its nodes are put back as the round found them, replay the
+        round's earlier supersteps (their outputs were sent then; now they are dropped), and run
+        this superstep again one at a time (a batched handler gives each node what it would get
+        alone): the nodes that did not raise keep their result; one that raises alone is put back
+        as the round found it, its outputs dropped, and has failed for the round."""
+        nodes = [self.nodes[n] for n in nids]
+        for n in nodes:
+            n.round, n.phase = round_, phase
+        inboxes = [inbox.get(n, []) for n in nids]
+        cond = self.ctx.conditions
+        participant = cond.participant(nids[0])
+        training = not is_eval_phase(phase)  # evaluation leaves a node's state as it was
+        keep = participant and training and cond.failure_rollback
+        if keep:
+            self._remember(cls, round_, phase, nids, nodes, inboxes)
+        try:
+            cls.handle_batch(nodes, phase, inboxes)
+            return nids, [], None
+        except Exception as e:
+            if not participant:
+                who = nids[0] if len(nids) == 1 else f"{nids[0]} (one of {len(nids)})"
+                return [], [], _failure(who, round_, phase, e)
+            error = e
+        for n in nodes:
+            n._drain()  # what the failed batch sent or reported does not stand
+        if training and not keep:  # no copy kept (failure_rollback off): the batch failed
+            return [], [_fault(nid, round_, phase, error) for nid in nids], None
+        fresh = self._replayed(cls, nids) if keep else nodes
+        done, raised = [], []
+        for nid, node, box in zip(nids, fresh, inboxes):
+            node.round, node.phase = round_, phase
+            self.nodes[nid] = node
+            try:
+                cls.handle_batch([node], phase, [box])
+            except Exception as e:
+                node._drain()
+                if keep:  # as the round found it: nothing it did this round stands
+                    self.nodes[nid] = self._as_round_began([nid])[nid]
+                raised.append(_fault(nid, round_, phase, e))
+            else:
+                done.append(nid)
+        return done, raised, None
+
+    def _remember(self, cls, round_: int, phase: str, nids, nodes, inboxes) -> None:
+        """Keep what a rollback needs: the state of each participant as the round found it
+        (pickled at its first training superstep of the round) and this superstep's inboxes."""
+        log = self._round_log
+        if log["round"] != round_:
+            log = self._round_log = {"round": round_, "blobs": [], "where": {}, "steps": []}
+        new = [n for n in nodes if n.id not in log["where"]]
+        if new:
+            log["blobs"].append(self._pickle_nodes(new))
+            for n in new:
+                log["where"][n.id] = len(log["blobs"]) - 1
+        log["steps"].append((cls, phase, list(nids), inboxes))
+
+    def _as_round_began(self, nids) -> dict[str, Node]:
+        """Fresh copies of the nodes ``nids`` as the round found them."""
+        log, out = self._round_log, {}
+        for b in sorted({log["where"][nid] for nid in nids}):
+            for n in self._unpickle_nodes(log["blobs"][b]):
+                if n.id in nids:
+                    out[n.id] = n
+        return out
+
+    def _replayed(self, cls, nids) -> list[Node]:
+        """The nodes ``nids`` as they were before this superstep: put back as the round found
+        them, then the round's earlier supersteps of their class run again on them, in order,
+        with the inboxes they had (what they send or report is dropped: it stood the first time)."""
+        start = self._as_round_began(nids)
+        for step_cls, phase, step_nids, boxes in self._round_log["steps"][:-1]:
+            if step_cls is not cls:
+                continue
+            sel = [i for i, nid in enumerate(step_nids) if nid in start]
+            if not sel:
+                continue
+            batch = [start[step_nids[i]] for i in sel]
+            for n in batch:
+                n.phase = phase
+            cls.handle_batch(batch, phase, [boxes[i] for i in sel])
+            for n in batch:
+                n._drain()
+        return [start[nid] for nid in nids]
+
+    def _pickle_nodes(self, nodes: list[Node]) -> bytes:
+        ctxs = [n.ctx for n in nodes]
+        try:
+            for n in nodes:
+                n.ctx = None
+            return dumps_state(nodes)
+        finally:
+            for n, c in zip(nodes, ctxs):
+                n.ctx = c
+
+    def _unpickle_nodes(self, blob: bytes) -> list[Node]:
+        nodes = pickle.loads(blob)
+        for n in nodes:
+            n.ctx = self.ctx
+        return nodes
 
     def call(self, nid: str, method: str, *args, **kwargs):
         """Inspection for tests and final read-outs: run a method of one node (no messages)."""

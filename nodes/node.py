@@ -35,6 +35,9 @@ class Shared:
 
     config: Any = None
     public: Any = None
+    # the run's adversary condition as the nodes read it (adversaries.condition.Threat: target
+    # items, the aggregating role's defence); None without one. The engine sets it.
+    threat: Any = None
 
 
 class NodeContext:
@@ -52,6 +55,10 @@ class NodeContext:
 
 class Node:
     role: ClassVar[str] = "node"
+    # What this role accepts: message kind -> cluster.validate.Accept (sender roles, phases, the
+    # payload's check). The host drops and counts what fails; None accepts everything (a class
+    # that declares nothing, e.g. a plugin's, leaves every check to its handler).
+    ACCEPTS: ClassVar[dict | None] = None
 
     def __init__(self, nid: str, ctx: NodeContext):
         if role_of(nid) != self.role:
@@ -80,6 +87,11 @@ class Node:
     def public(self):
         """The protocol's record of public values (sizes, public catalogue, calibrated noise)."""
         return self.ctx.shared.public
+
+    @property
+    def threat(self):
+        """The run's :class:`adversaries.condition.Threat` (target items, defence), or None."""
+        return self.ctx.shared.threat
 
     def online(self, nid: str) -> bool:
         """Whether participant ``nid`` is reachable in the current round (what a device learns by

@@ -181,3 +181,40 @@ def perturb_user_features(
             noisy = (bits - q) / (OUE_P - q)
         out[slot.start : slot.stop] = scale * noisy
     return out.astype(np.float32)
+
+
+def in_output_range(
+    x: np.ndarray,
+    kinds: Mapping[str, str],
+    cardinalities: Mapping[str, int],
+    eps1: float,
+    atol: float = 1e-4,
+) -> bool:
+    """Whether ``x`` is a possible output of Algorithm 3 (what a validator of the curator could
+    check): the public layout's length; at most k = ``sampled_feature_count`` features non-zero
+    (unsampled ones are zeros); a sampled numeric slot in (n/k)·[−C, C] (C of the
+    piecewise mechanism at ε1/k); a sampled categorical slot with every entry (n/k)·(b − q)/(p −
+    q), b ∈ {0, 1} (OUE at ε1/k)."""
+    from privacy.piecewise import piecewise_bound
+
+    layout = feature_vector_layout(kinds, cardinalities)
+    x = np.asarray(x, dtype=np.float64)
+    if x.shape != (feature_vector_length(layout),) or not np.all(np.isfinite(x)):
+        return False
+    n = len(layout)
+    k = sampled_feature_count(n, eps1)
+    scale, eps_each = n / k, eps1 / k
+    q = oue_q(eps_each)
+    bits = scale * (np.array([0.0, 1.0]) - q) / (OUE_P - q)
+    used = 0
+    for slot in layout:
+        v = x[slot.start : slot.stop]
+        if not np.any(v):
+            continue
+        used += 1
+        if slot.kind == NUMERIC:
+            if np.abs(v).max() > scale * piecewise_bound(eps_each) + atol:
+                return False
+        elif not np.all(np.min(np.abs(v[:, None] - bits[None, :]), axis=1) <= atol):
+            return False
+    return used <= k

@@ -304,6 +304,12 @@ class Protocol:
     LABEL_PARAM: ClassVar[str | None] = None
     # the figures of the protocol's paper that `benchmarks.reproduce` sets beside ours
     PAPER: ClassVar[PaperFigure | None] = None
+    # the family of attack classes that play this protocol's roles (adversaries/attacks/:
+    # "fedmf", "fedpergnn"); None: the protocol takes no adversaries yet
+    ATTACK_FAMILY: ClassVar[str | None] = None
+    # the run's adversaries (adversaries.condition.AdversaryPlan), set by set_adversaries before
+    # node_specs(); None: an honest run
+    adversary_plan: Any = None
 
     @classmethod
     def central_baseline(cls, params: Mapping[str, Any]) -> str | None:
@@ -324,6 +330,28 @@ class Protocol:
 
     def node_specs(self) -> list[NodeSpec]:
         raise NotImplementedError
+
+    def adversary_users(self) -> list[int]:
+        """The real users an adversary condition counts and may compromise (the users that take
+        part); a protocol with ``ATTACK_FAMILY`` says which."""
+        return list(range(self.dataset.n_users))
+
+    def set_adversaries(self, condition) -> None:
+        """Plan the run's adversaries (:class:`adversaries.condition.Adversaries`) before
+        ``node_specs()``: which users are fake or compromised, the target items, the defence
+        (``adversary_plan``; its ``threat`` reaches every node as ``Shared.threat``). Refuses
+        (AdversaryError) a protocol without ``ATTACK_FAMILY``."""
+        from adversaries.condition import AdversaryError, plan_adversaries
+
+        if condition is None:
+            self.adversary_plan = None
+            return
+        if self.ATTACK_FAMILY is None:
+            raise AdversaryError(
+                f"adversaries: protocol {self.name} has no adversary roles or defences yet "
+                "(see --help for the attacks and the protocols they run on)"
+            )
+        self.adversary_plan = plan_adversaries(self, condition, self.adversary_users())
 
     def shared(self) -> Shared:
         """What every host receives: the typed Config and the protocol's record of public values

@@ -22,6 +22,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from cluster import validate as v
 from cluster import wire
 from cluster.message import node_id
 from data.types import RecDataset
@@ -54,8 +55,14 @@ class EchoPublic:
     n_users: int  # users 0..n_users-1 take part
 
 
+def check_vector(payload: bytes, shared) -> None:
+    """A finite vector of length dim (the download and every echo)."""
+    v.dense(payload, (shared.config.dim,), what="vector")
+
+
 class EchoServer(Node):
     role = "server"
+    ACCEPTS = {"echo": v.Accept(("user",), ("aggregate",), check_vector)}
 
     def __init__(self, nid: str, ctx: NodeContext):
         super().__init__(nid, ctx)
@@ -86,6 +93,7 @@ class EchoServer(Node):
 
 class EchoUser(Node):
     role = "user"
+    ACCEPTS = {"vector": v.Accept(("server",), ("echo",), check_vector)}
 
     def __init__(self, nid: str, ctx: NodeContext, user: int):
         super().__init__(nid, ctx)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 
+from cluster import validate as v
 from cluster.message import node_id
 from data.types import RecDataset
 from nodes.deployment import Deployment, NodeSpec
@@ -28,8 +29,15 @@ class PingPublic:
     n_users: int  # users 0..n_users-1 take part
 
 
+def check_round(payload: bytes, shared) -> None:
+    """The round number, 8 raw bytes."""
+    if len(payload) != 8:
+        raise v.Invalid("size", f"{len(payload)} bytes, expected 8")
+
+
 class PingServer(Node):
     role = "server"
+    ACCEPTS = {"pong": v.Accept(("user",), ("collect",), check_round)}
 
     def handle(self, phase, inbox):
         if phase == "ping":
@@ -45,6 +53,7 @@ class PingServer(Node):
 
 class PingUser(Node):
     role = "user"
+    ACCEPTS = {"ping": v.Accept(("server",), ("reply",), check_round)}
 
     def handle(self, phase, inbox):
         expect_kinds(inbox, "ping", node=self.id)

@@ -82,6 +82,11 @@ def golden_run(protocol: str, rounds: int, params: dict, out: Path) -> dict:
     )
     run_dir, summary = run(settings, dataset())
     rows = read_rows(run_dir)
+    # honest traffic passes every receiver's check (cluster/validate.py): nothing is rejected
+    assert summary.get("rejected", {}) == {}, (
+        f"{protocol}: valid messages rejected {summary['rejected']}"
+    )
+    assert all(not r.get("rejected") for r in rows), f"{protocol}: valid messages rejected"
     return figures(summary, rows)
 
 

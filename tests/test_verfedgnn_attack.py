@@ -1,4 +1,4 @@
-"""verfedgnn with the de-anonymization attack switched on (``attack = true``), on a real local
+"""verfedgnn with the de-anonymization attack switched on (``deanonymization = true``), on a real local
 Ray instance: adversarial users reach only the victim, the attacker infers from exactly the
 victim's projected aggregate it received, and the ordering FedPerGNN-style ≫ VerFedGNN."""
 
@@ -31,14 +31,22 @@ def test_attack_config_errors():
         ("gnn", {"gnn": "mf"}),
     ):
         with pytest.raises(ConfigError, match=name):
-            build_config(VerFedGNN.Config, {"attack": True, **bad})
-    build_config(VerFedGNN.Config, {"attack": False, "attack_victim": 0})  # off: not checked
+            build_config(VerFedGNN.Config, {"deanonymization": True, **bad})
+    build_config(
+        VerFedGNN.Config, {"deanonymization": False, "attack_victim": 0}
+    )  # off: not checked
 
 
 @pytest.mark.slow  # a full attack run: CI runs `-m slow`
 def test_attack_run_reports_ordering_from_the_received_aggregate(ray_local):
     ds = synthetic(n_users=N_USERS, n_items=N_ITEMS, avg_interactions=12, seed=0)
-    params = {"parties": 3, "psi": True, "psi_key_bits": 1024, "attack": True, "attack_p_ad": 0.8}
+    params = {
+        "parties": 3,
+        "psi": True,
+        "psi_key_bits": 1024,
+        "deanonymization": True,
+        "attack_p_ad": 0.8,
+    }
     proto = VerFedGNN(ds, build_config(VerFedGNN.Config, params), seed=3)
     dep = deploy(proto, "packed", 1, tap=True)
     try:

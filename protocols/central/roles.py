@@ -12,6 +12,7 @@ class Curator(Node):
     the test metrics at ``eval``. The trainer is seeded with the run's seed."""
 
     role = "curator"
+    ACCEPTS = {}  # no message ever arrives: there is no one else
 
     def __init__(self, nid: str, ctx: NodeContext, dataset: RecDataset):
         super().__init__(nid, ctx)

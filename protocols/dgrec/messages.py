@@ -16,8 +16,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from cluster import validate as v
 from cluster import wire
-from privacy.onebit import decode_onebit_mean, encode_onebit
+from privacy.onebit import decode_onebit_mean, encode_onebit, onebit_scale
 
 
 def encode_status(loss: float, count: int) -> bytes:
@@ -68,14 +69,30 @@ def encode_gradient(
     return wire.encode_dense(grad.numpy())
 
 
-def decode_held(held: dict[int, bytes], config) -> np.ndarray:
+def decode_held(held: dict[int, bytes], config, threat=None) -> np.ndarray:
     """The mean of the encoded gradients a member holds at the end of the gossip (its own and those
     that arrived), float32 [n_s]: eq. 6 for one-bit codes, δ(e^β+1)/(e^β−1) · (1/k)·Σ_j b_j with k =
     ``len(held)``, the number actually held; the plain mean of the k vectors otherwise. Origins are
-    read in increasing order. ``config``: a DGRECConfig."""
+    read in increasing order. ``config``: a DGRECConfig.
+
+    With a defence (``threat.defence``, adversaries/defences.py :func:`combine`) the mean over
+    the k held vectors is replaced by their robust combination: of the ±1 codes for one-bit
+    (then times eq. 6's δ(e^β+1)/(e^β−1); the coordinate median is then a majority vote, and
+    ``norm-bound`` changes nothing, every code having the norm √n_s), of the float vectors
+    otherwise."""
     if not held:
         raise ValueError("no gradient to decode")
     origins = sorted(held)
+    if threat is not None and threat.defence:
+        from adversaries.defences import combine
+
+        params = dict(threat.defence_params)
+        if config.mechanism == "onebit":
+            bits = np.stack([wire.decode_signs(held[o]) for o in origins])
+            centre = combine(bits, threat.defence, params)
+            return (centre * onebit_scale(config.clip, config.beta)).astype(np.float32)
+        vecs = np.stack([wire.decode_dense(held[o]) for o in origins])
+        return combine(vecs, threat.defence, params).astype(np.float32)
     if config.mechanism == "onebit":  # eq. 6
         bits = np.stack([wire.decode_signs(held[o]) for o in origins])
         return decode_onebit_mean(bits, config.clip, config.beta)
@@ -88,3 +105,57 @@ def share_message_size(k: int, n_s: int, mechanism: str = "onebit") -> int:
     """Encoded bytes of one ``share`` message carrying k gradients of n_s elements."""
     one = wire.signs_size(n_s) if mechanism == "onebit" else wire.dense_size((n_s,))
     return wire.record_size([wire.ids_size(k), *([one] * k)])
+
+
+# --- what a receiver accepts (cluster/validate.py) ----------------------------------------------
+def shared_size(shared) -> int:
+    """n_s, the length of a shared gradient: the model's shared parameters (public sizes only)."""
+
+    def count(sh) -> int:
+        from models.dgrec_factory import model_class, model_kwargs, split_parameters
+
+        model = model_class(sh.config)(**model_kwargs(sh.config, sh.public))
+        return sum(p.numel() for p in split_parameters(model)[0])
+
+    return v.per_shared(shared, "dgrec.n_s", count)
+
+
+def check_public_items(payload: bytes, shared) -> None:
+    n = shared.public.n_items
+    v.ids(payload, n, max_count=n, what="public items")
+
+
+def check_status(payload: bytes, shared) -> None:
+    """(L_u ≥ 0, cnt_u ≥ 0), finite."""
+    x = v.dense(payload, (2,), what="status")
+    if x.min() < 0:
+        raise v.Invalid("range", f"status: negative value in {x.tolist()}")
+
+
+def check_invite(payload: bytes, shared) -> None:
+    """One hop h in 1..H."""
+    hop = v.ids(payload, count=1, what="invite")
+    if not 1 <= int(hop[0]) <= shared.config.hops:
+        raise v.Invalid("range", f"invite: hop {int(hop[0])} outside 1..{shared.config.hops}")
+
+
+def check_share(payload: bytes, shared) -> None:
+    """Distinct origins among the users, one gradient each of n_s elements: one-bit signs
+    (bounded by construction), or finite floats (Laplace and float variants; their magnitudes are
+    left to a robust aggregation)."""
+    n_users = shared.public.n_users
+    fields = v.record(payload)
+    if not fields:
+        raise v.Invalid("malformed", "share: empty record")
+    if len(fields) - 1 > n_users:
+        raise v.Invalid("size", f"share: {len(fields) - 1} gradients for {n_users} users")
+    origins = v.ids(fields[0], n_users, count=len(fields) - 1, what="share origins")
+    if len(np.unique(origins)) != len(origins):
+        raise v.Invalid("malformed", "share: an origin appears twice")
+    n_s = shared_size(shared)
+    onebit = shared.config.mechanism == "onebit"
+    for f in fields[1:]:
+        if onebit:
+            v.signs(f, n_s, what="shared gradient")
+        else:
+            v.dense(f, (n_s,), what="shared gradient")

@@ -70,6 +70,12 @@ no handler and receives nothing: it is not sampled, does not train, share or for
 
 With everyone online each of these does exactly what it does without run conditions.
 
+Adversaries (``--adversaries``, adversaries/attacks/dgrec.py, DLGNN too): compromised members,
+or fake peers befriending real users (adversaries/graph.py), replace their encoded share with a
+crafted one (one-bit: signs of their choosing, still one bit per coordinate) and forward the
+others' honestly. With a defence (``--defence``) each member decodes the k shares it holds with
+the robust rule instead of eq. 6's mean (protocols/dgrec/messages.py ``decode_held``).
+
 Evaluation (``eval``): every user ranks all items not in its training set with its own model
 (ŷ = MLP(e_u ‖ e_i)) and reports Recall/NDCG@K; no traffic. With ``validation`` (not in the paper,
 off by default) each user also holds out part of its own training items, scores them every
@@ -86,10 +92,13 @@ baseline (protocols/dlgnn/).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import scipy.sparse as sp
 from dp_accounting import dp_event
 
+from adversaries.graph import with_fake_peers
 from cluster.message import node_id
 from data.graphs import user_graph
 from data.types import RecDataset
@@ -112,6 +121,7 @@ from protocols.dgrec.sampling import worst_case_bits
 class DGREC(Protocol):
     name = "dgrec"
     Config = DGRECConfig
+    ATTACK_FAMILY = "dgrec"  # adversaries/attacks/dgrec.py (DLGNN too)
     QUICK = {"rounds": 3, "eval_every": 1}
     # Zheng et al., CIKM 2023, Book-Crossing, Recall@20 / NDCG@20 in percent, beside LightGCN
     # (benchmarks/RESULTS.md, DGREC section: "9.68 vs 9.94")
@@ -160,23 +170,40 @@ class DGREC(Protocol):
         self._stage1_done = False
         self.history: list[dict] = []
 
+    def _fake(self) -> tuple[int, ...]:
+        return self.adversary_plan.fake if self.adversary_plan is not None else ()
+
     def shared(self) -> Shared:
-        return Shared(self.config, self.public)
+        fake = self._fake()  # fake peers are users to the others (ids after the real ones)
+        public = self.public
+        if fake:
+            public = dataclasses.replace(public, n_users=self.dataset.n_users + len(fake))
+        return Shared(self.config, public)
+
+    def adversary_users(self) -> list[int]:
+        return list(self.users)
 
     def node_specs(self) -> list[NodeSpec]:
-        return [
-            NodeSpec(
-                DGRECUser,
-                node_id("user", u),
-                {
-                    "train_items": self.train_items[u],
-                    "test_items": self.test_items[u],
-                    "neighbours": self.graph[u],
-                },
-                packable=True,
-            )
-            for u in self.users
-        ]
+        # with adversaries (adversaries/condition.py): compromised real users played by the
+        # attack's class, and fake peers after the real users, each befriending real users
+        # (adversaries/graph.py: undirected links, so they are sampled, invited and gossip
+        # like any peer)
+        adv, fake = self.adversary_plan, self._fake()
+        graph = with_fake_peers(self.graph, self.users, fake, self.seed)
+        empty = np.zeros(0, dtype=np.int64)
+        specs = []
+        for u in [*self.users, *fake]:
+            real = u < self.dataset.n_users
+            private = {
+                "train_items": self.train_items[u] if real else empty,
+                "test_items": self.test_items[u] if real else empty,
+                "neighbours": graph[u],
+            }
+            cls = DGRECUser
+            if adv is not None and (not real or u in adv.compromised):
+                cls, private = adv.attack_cls, {**private, **adv.kwargs()}
+            specs.append(NodeSpec(cls, node_id("user", u), private, packable=True))
+        return specs
 
     # --- one round ---------------------------------------------------------------------------
     def stage1(self, dep: Deployment, round_: int) -> None:

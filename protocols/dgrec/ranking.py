@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from models.dgrec_batched import HypergraphBatch, all_item_scores
-from models.metrics import ranking_metrics, topk_excluding
+from models.metrics import ranking_metrics, target_exposure, topk_excluding
 from nodes.node import expect_kinds
 
 if TYPE_CHECKING:
@@ -60,10 +60,20 @@ def rank(users: list[DGRECUser], inboxes, phase: str, chunk: int = 128) -> None:
             models = [u.model for u in part]
             exclude = [u.train_items for u in part]
             targets = [u.valid_items for u in part]
-        metrics = ranking_metrics(topk_excluding(scores(part, models), exclude, k), targets, (k,))
+        part_scores = scores(part, models)
+        metrics = ranking_metrics(topk_excluding(part_scores, exclude, k), targets, (k,))
         for b, u in enumerate(part):
             if evaluating:
                 for name, values in metrics.items():
                     u.report(name, float(values[b]))
             else:
                 u.keep_if_best(float(metrics[f"ndcg@{k}"][b]))
+        threat = part[0].threat
+        if evaluating and threat is not None and threat.targets:  # the attack's target items
+            kt = threat.er_k
+            ranked = topk_excluding(part_scores, exclude, kt)
+            er, hr, counted = target_exposure(ranked, exclude, threat.targets)
+            for u, e, h, c in zip(part, er, hr, counted):
+                if c:  # users who interacted with every target are left out
+                    u.report(f"target_er@{kt}", float(e))
+                    u.report(f"target_hr@{kt}", float(h))

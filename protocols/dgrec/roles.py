@@ -33,11 +33,13 @@ from torch.nn.utils import parameters_to_vector
 
 from cluster import wire
 from cluster.message import index_of, node_id
+from cluster.validate import Accept, empty_blob
 from models.bpr import hold_out, sample_pairs
 from models.dgrec import build_user_hypergraph
 from models.dgrec_batched import per_user_gradients
 from models.dgrec_factory import grad_vector, load_vector, public_model, split_parameters
 from nodes.node import Node, NodeContext, expect_kinds, node_seed
+from protocols.dgrec import messages as msgs
 from protocols.dgrec.messages import (
     decode_held,
     decode_share,
@@ -52,6 +54,13 @@ from protocols.dgrec.sampling import neighbour_probabilities
 
 class DGRECUser(Node):
     role = "user"
+    ACCEPTS = {  # what a peer may send, in the phase it arrives (stage 1, Algorithms 1 and 2)
+        "public_items": Accept(("user",), ("setup",), msgs.check_public_items),
+        "status": Accept(("user",), ("seed",), msgs.check_status),
+        "invite": Accept(("user",), ("hop",), msgs.check_invite),
+        "join": Accept(("user",), ("hop", "train"), empty_blob),
+        "share": Accept(("user",), ("gossip", "update"), msgs.check_share),
+    }
     status_owed: frozenset | set = frozenset()  # (a user from a checkpoint that predates it)
     valid_items = np.zeros(0, dtype=np.int64)  # held out to keep the best model (config.validation)
     best_model: torch.nn.Module | None = None
@@ -270,9 +279,7 @@ class DGRECUser(Node):
     def _share(self, grad: torch.Tensor, loss: float) -> None:
         """Gossip step 1: encode the local gradient (eq. 5) and send it to the tree neighbours."""
         self.children.sort()
-        encoded = encode_gradient(
-            grad, self.config, self.public.laplace_scale, self.rng, self.torch_generator
-        )
+        encoded = self.encode_own(grad)
         self.held = {self.index: encoded}
         self.loss_value = loss
         self.status_dirty = True
@@ -283,6 +290,13 @@ class DGRECUser(Node):
         payload = encode_share([self.index], [encoded])
         for v in self.tree_neighbours:
             self.send("share", node_id("user", v), payload)
+
+    def encode_own(self, grad: torch.Tensor) -> bytes:
+        """The member's gradient as it gossips it (eq. 5, :func:`messages.encode_gradient`); an
+        honest member's as is (attack classes override it, adversaries/attacks/dgrec.py)."""
+        return encode_gradient(
+            grad, self.config, self.public.laplace_scale, self.rng, self.torch_generator
+        )
 
     def _receive_shares(self, inbox) -> dict[int, set[int]]:
         """Store first-seen gradients; returns origin → senders for the ones new at this step."""
@@ -318,7 +332,8 @@ class DGRECUser(Node):
             return
         lr = self.config.step_size(self.round)
         origins = sorted(self.held)
-        mean = decode_held(self.held, self.config)  # eq. 6 over the gradients that arrived
+        # eq. 6 over the gradients that arrived, or the run's defence (adversaries/defences.py)
+        mean = decode_held(self.held, self.config, self.threat)
         with torch.no_grad():
             theta = parameters_to_vector(self.shared_params)
             load_vector(theta - lr * torch.from_numpy(mean), self.shared_params)

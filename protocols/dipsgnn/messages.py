@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cluster import validate as v
 from cluster import wire
 
 
@@ -57,3 +58,14 @@ def decode_topk(payload: bytes, n_targets: int, n_items: int, node: str) -> np.n
     if any(len(np.unique(row)) != len(row) for row in top):
         raise wire.WireError(f"{node}: a top-K list repeats an item")
     return top
+
+
+# --- what a receiver accepts (cluster/validate.py) ----------------------------------------------
+def check_features(payload: bytes, shared) -> None:
+    """A finite vector of the public layout's length."""
+    v.dense(payload, (shared.public.n_feature_slots,), what="features")
+
+
+def check_items(payload: bytes, shared) -> None:
+    """A run of item ids of the catalogue (``sequence``, ``eval_context``, ``topk``)."""
+    v.ids(payload, shared.public.n_items, what="item ids")

@@ -122,6 +122,10 @@ class DIPSGNNProtocol(Protocol):
         source="Hu & Fang, main table",
     )
 
+    # adversaries (adversaries/): fake users whose uploads stay in the mechanism's range
+    # (adversaries/attacks/dipsgnn.py); targets' exposure reported by the honest users
+    ATTACK_FAMILY = "dipsgnn"
+
     @classmethod
     def central_baseline(cls, params) -> str:
         return "central:dipsgnn"  # the same network without noise, clean features
@@ -173,6 +177,7 @@ class DIPSGNNProtocol(Protocol):
         self.accountant = PrivacyAccountant(c.privacy_delta, **self._bounds(c))
         self.uploaded_round = np.full(len(self.users), -1, dtype=np.int64)
         self.held = np.zeros(len(self.users), dtype=bool)
+        self.fake_held = np.zeros(0, dtype=bool)  # the same for fake users (adversaries/)
         self.user_epochs = np.zeros(len(self.users), dtype=np.int64)
         self.epochs_done = 0
         # the most training prefixes one edge of the user's sequence is in: n_tr(u) − 2
@@ -208,17 +213,34 @@ class DIPSGNNProtocol(Protocol):
     def user_features(self, u: int) -> dict:
         return feature_values(self.dataset, u, self.feature_kinds)
 
+    def adversary_users(self) -> list[int]:
+        return [int(u) for u in self.users]
+
+    def _fake(self) -> np.ndarray:
+        """The fake users' ids (after the dataset's users), none without adversaries."""
+        plan = self.adversary_plan
+        return np.array(plan.fake if plan is not None else (), dtype=np.int64)
+
     def node_specs(self) -> list[NodeSpec]:
-        specs = [NodeSpec(DIPSGNNServer, SERVER, {"users": self.users})]
+        # the curator holds rows for the real users, then the fake ones (adversaries/): a fake
+        # user makes up its sequence and features in its constructor; a compromised real user
+        # is played by the attack's class
+        plan, fake = self.adversary_plan, self._fake()
+        specs = [NodeSpec(DIPSGNNServer, SERVER, {"users": np.concatenate([self.users, fake])})]
         for u in self.users:
-            specs.append(
-                NodeSpec(
-                    DIPSGNNUser,
-                    node_id("user", int(u)),
-                    {"sequence": self.sequences[u], "features": self.user_features(int(u))},
-                    packable=True,
-                )
+            cls, private = (
+                DIPSGNNUser,
+                {
+                    "sequence": self.sequences[u],
+                    "features": self.user_features(int(u)),
+                },
             )
+            if plan is not None and int(u) in plan.compromised:
+                cls, private = plan.attack_cls, {**private, **plan.kwargs()}
+            specs.append(NodeSpec(cls, node_id("user", int(u)), private, packable=True))
+        for u in fake:
+            private = {"sequence": np.zeros(0, np.int64), "features": {}, **plan.kwargs()}
+            specs.append(NodeSpec(plan.attack_cls, node_id("user", int(u)), private, packable=True))
         return specs
 
     # ------------------------------------------------------------------------------- one round
@@ -226,16 +248,21 @@ class DIPSGNNProtocol(Protocol):
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:
         # ``upload``: Algorithm 3 (ε1) and the training sequence, from every user whose data the
         # curator does not hold yet (offline ones cannot)
-        pending = self.users[~self.held]
+        fake = self._fake()
+        if len(self.fake_held) != len(fake):  # adversaries are planned after the constructor
+            self.fake_held = np.zeros(len(fake), dtype=bool)
+        pending = np.concatenate([self.users[~self.held], fake[~self.fake_held]])
         uploads = 0
         if len(pending):
             who = (
                 ["user"]
-                if len(pending) == len(self.users)
+                if len(pending) == len(self.users) + len(fake)
                 else [node_id("user", int(u)) for u in pending]
             )
             up = dep.superstep(round_, "upload", activate=who)
-            sent = np.searchsorted(self.users, np.array(up.reports.get("uploaded", []), np.int64))
+            ids = np.array(up.reports.get("uploaded", []), np.int64)
+            ids = ids[np.isin(ids, self.users)]  # a fake user's upload releases nothing of anyone
+            sent = np.searchsorted(self.users, ids)
             first = sent[self.uploaded_round[sent] < 0]
             self.uploaded_round[first] = round_
             uploads = len(sent)
@@ -252,8 +279,11 @@ class DIPSGNNProtocol(Protocol):
         held = dep.call(SERVER, "get_accounting")
         ran = bool(res.reports.get("loss"))  # an epoch ran: it released the held users' edges
         trained = held.held & ran
+        n_real = len(self.users)
+        self.fake_held = held.held[n_real:]  # the curator's rows after the real users: fake ones
+        trained, held_real = trained[:n_real], held.held[:n_real]
         first_epoch = trained & (self.user_epochs == 0)
-        self.held = held.held
+        self.held = held_real
         self.user_epochs = self.user_epochs + trained
         self.epochs_done += int(ran)
         self._spend(trained, first_epoch)

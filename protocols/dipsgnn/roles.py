@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from cluster.message import index_of
+from cluster.validate import Accept
 from data.sequences import PrefixExamples, train_length, training_prefixes
 from models.dipsgnn import DIPSGNN, KS
 from models.dipsgnn_training import rank_prefixes, train_epoch
@@ -49,6 +50,7 @@ class Holdings:
 
 class DIPSGNNUser(Node):
     role = "user"
+    ACCEPTS = {"topk": Accept(("server",), ("eval",), messages.check_items)}
 
     def __init__(self, nid: str, ctx: NodeContext, sequence: np.ndarray, features: dict):
         super().__init__(nid, ctx)
@@ -99,8 +101,24 @@ class DIPSGNNUser(Node):
             for name, values in next_item_metrics(scores, torch.tensor(targets), KS).items():
                 for v in values:
                     self.report(name, float(v))
+            if self.threat is not None and self.threat.targets:
+                self._report_target_exposure(top)
         else:
             super().handle(phase, inbox)
+
+    def _report_target_exposure(self, top: np.ndarray) -> None:
+        """The targets' exposure (adversaries/condition.py) at this user's test prefixes, one
+        value per prefix like Recall@K: ``target_er@K`` 1 when the prefix's top K holds a
+        target the user did not interact with in training, ``target_hr@K`` the share of those
+        targets in it. A user who interacted with every target reports nothing."""
+        k = self.threat.er_k
+        open_ = np.setdiff1d(np.array(self.threat.targets), self.sequence[: self.n_train])
+        if not len(open_):
+            return
+        for row in top[:, :k]:
+            hits = np.isin(open_, row)
+            self.report(f"target_er@{k}", float(hits.any()))
+            self.report(f"target_hr@{k}", float(hits.mean()))
 
 
 # --------------------------------------------------------------------------- the curator
@@ -108,6 +126,11 @@ class DIPSGNNUser(Node):
 
 class DIPSGNNServer(Node):
     role = "server"
+    ACCEPTS = {
+        "features": Accept(("user",), ("train",), messages.check_features),
+        "sequence": Accept(("user",), ("train",), messages.check_items),
+        "eval_context": Accept(("user",), ("eval_rank",), messages.check_items),
+    }
 
     def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray):
         super().__init__(nid, ctx)
@@ -227,7 +250,7 @@ class DIPSGNNServer(Node):
                 owners.append((m.src, len(full) + 1 - start))
             if not prefixes:
                 return
-            k = max(max(KS), c.eval_k)
+            k = max(max(KS), c.eval_k, self.threat.er_k if self.threat is not None else 0)
             top = rank_prefixes(
                 self.model,
                 prefixes,

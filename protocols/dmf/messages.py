@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cluster import validate as v
 from cluster import wire
 from protocols.sparse_rows import decode_rows, encode_rows
 
@@ -27,3 +28,13 @@ def decode_grads(grads: bytes, n_items: int) -> tuple[np.ndarray, np.ndarray]:
     """``(ids, rows)`` of the second part of :func:`decode_nonce`; ids outside the catalogue
     raise WireError."""
     return decode_rows(grads, n_items)
+
+
+# --- what a receiver accepts (cluster/validate.py) ----------------------------------------------
+def check_item_grads(payload: bytes, shared) -> None:
+    """A nonce of NONCE_BYTES and at most 2P finite rows of width d + 1 (the bias column), ids in
+    the catalogue; magnitudes are left to a robust aggregation."""
+    nonce_b, grads_b = v.record(payload, 2)
+    v.blob(nonce_b, size=NONCE_BYTES)
+    c = shared.config
+    v.rows(grads_b, shared.public.n_items, c.dim + 1, max_rows=2 * c.pairs, what="item gradients")

@@ -28,10 +28,18 @@ applied and no user waits for one. With everyone online nothing changes.
 
 Neighbours come from data/graphs.py (the dataset's social/trust links, or same region and
 occupation). Evaluation is local: each user ranks with p_u·Q_u and reports; no traffic.
+
+Adversaries (``--adversaries``, adversaries/attacks/dmf.py): compromised users, or fake peers
+befriending real users (adversaries/graph.py), gossip crafted item gradients in step 1 and relay
+honestly. With a defence (``--defence``) each honest user combines the gradients new to it at a
+hop with the robust rule (adversaries/defences.py ``combine_shares``) instead of applying each.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from adversaries.graph import with_fake_peers
 from cluster.message import node_id
 from data.graphs import user_graph
 from data.types import RecDataset
@@ -46,6 +54,7 @@ class DMF(Protocol):
     name = "dmf"
     Config = DMFConfig
     BASELINE_SHARES = {"dim": "dim"}
+    ATTACK_FAMILY = "dmf"  # adversaries/attacks/dmf.py
 
     @classmethod
     def central_baseline(cls, params) -> str:
@@ -61,22 +70,34 @@ class DMF(Protocol):
         self.graph = user_graph(dataset, k=config.neighbours, seed=seed)
 
     def shared(self) -> Shared:
-        return Shared(self.config, DMFPublic(self.dataset.n_users, self.dataset.n_items))
+        adv = self.adversary_plan  # fake peers are users to the others (ids after the real ones)
+        n_users = self.dataset.n_users + (len(adv.fake) if adv is not None else 0)
+        return Shared(self.config, DMFPublic(n_users, self.dataset.n_items))
+
+    def adversary_users(self) -> list[int]:
+        return [u for u in range(self.dataset.n_users) if len(self.train_items[u])]
 
     def node_specs(self) -> list[NodeSpec]:
-        return [
-            NodeSpec(
-                DMFUser,
-                node_id("user", u),
-                {
-                    "train_items": self.train_items[u],
-                    "test_items": self.test_items[u],
-                    "neighbours": self.graph[u],
-                },
-                packable=True,
-            )
-            for u in range(self.dataset.n_users)
-        ]
+        # with adversaries (adversaries/condition.py): compromised real users played by the
+        # attack's class, and fake peers after the real users, each befriending real users
+        # (adversaries/graph.py: undirected links, so they receive and relay like any peer)
+        adv = self.adversary_plan
+        fake = adv.fake if adv is not None else ()
+        graph = with_fake_peers(self.graph, self.adversary_users(), fake, self.seed)
+        empty = np.zeros(0, dtype=np.int64)
+        specs = []
+        for u in range(self.dataset.n_users + len(fake)):
+            real = u < self.dataset.n_users
+            private = {
+                "train_items": self.train_items[u] if real else empty,
+                "test_items": self.test_items[u] if real else empty,
+                "neighbours": graph[u],
+            }
+            cls = DMFUser
+            if adv is not None and (not real or u in adv.compromised):
+                cls, private = adv.attack_cls, {**private, **adv.kwargs()}
+            specs.append(NodeSpec(cls, node_id("user", u), private, packable=True))
+        return specs
 
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:
         res = dep.superstep(round_, "train", activate=["user"])  # step 1

@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from adversaries.defences import combine_shares
 from cluster.message import node_id
+from cluster.validate import Accept
 from models.bpr import bpr_grads, sample_pairs
 from nodes.node import Node, NodeContext, expect_kinds, node_seed
 from protocols.dmf import messages as msg
@@ -15,6 +17,7 @@ from protocols.evaluation import evaluate_users
 
 class DMFUser(Node):
     role = "user"
+    ACCEPTS = {msg.ITEM_GRADS: Accept(("user",), ("relay", "merge"), msg.check_item_grads)}
 
     def __init__(self, nid: str, ctx: NodeContext, train_items, test_items, neighbours):
         super().__init__(nid, ctx)
@@ -68,7 +71,8 @@ class DMFUser(Node):
         self.item_factors.index_add_(0, torch.from_numpy(ids), rows, alpha=-c.lr)
         nonce = self.rng.bytes(msg.NONCE_BYTES)
         self.seen.add(nonce)
-        payload = msg.encode_item_grads(nonce, ids, rows.numpy())
+        ids, rows = self.tamper_upload(ids, rows.numpy(), q.numpy())  # an adversary's change
+        payload = msg.encode_item_grads(nonce, ids, rows)
         for v in self.neighbours:
             if self.online(v):  # an offline neighbour cannot be reached this round
                 self.send(msg.ITEM_GRADS, v, payload)
@@ -80,16 +84,31 @@ class DMFUser(Node):
         other neighbours reachable this round."""
         c = self.config
         weight = c.neighbour_weight**hop
+        defence = self.threat.defence if self.threat is not None else ""
+        received = []
         for m in inbox:  # sorted by sender: the same result whatever the placement
             nonce, grads = msg.decode_nonce(m.payload)
             if nonce in self.seen:
                 continue
             self.seen.add(nonce)
             ids, rows = msg.decode_grads(grads, self.public.n_items)
-            self.item_factors.index_add_(
-                0, torch.from_numpy(ids), torch.from_numpy(rows), alpha=-c.lr * weight
-            )
+            if defence:
+                received.append((ids, rows))
+            else:
+                self.item_factors.index_add_(
+                    0, torch.from_numpy(ids), torch.from_numpy(rows), alpha=-c.lr * weight
+                )
             if forward:
                 for v in self.neighbours:
                     if v != m.src and self.online(v):
                         self.send(msg.ITEM_GRADS, v, m.payload)
+        if received:  # the run's defence: a robust combination of the hop's new gradients
+            ids, total = combine_shares(received, defence, dict(self.threat.defence_params))
+            self.item_factors.index_add_(
+                0, torch.from_numpy(ids), torch.from_numpy(total), alpha=-c.lr * weight
+            )
+
+    def tamper_upload(self, ids: np.ndarray, rows: np.ndarray, q: np.ndarray):
+        """The item gradients as gossiped: an honest user's unchanged (attack classes override
+        it, adversaries/attacks/dmf.py)."""
+        return ids, rows

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from cluster import validate as v
 from cluster import wire
 from protocols.sparse_rows import decode_rows, encode_rows
 
@@ -29,3 +30,16 @@ def encode_item_grads(ids: np.ndarray, rows: np.ndarray) -> bytes:
 def decode_item_grads(payload: bytes, n_items: int) -> tuple[np.ndarray, np.ndarray]:
     """``(ids, rows)``; an id outside the catalogue raises WireError."""
     return decode_rows(payload, n_items)
+
+
+# --- what a receiver accepts (cluster/validate.py) ----------------------------------------------
+def check_item_factors(payload: bytes, shared) -> None:
+    """Q: finite fp32 [n_items, dim]."""
+    v.dense(payload, (shared.public.n_items, shared.config.dim), what="item factors")
+
+
+def check_item_grads(payload: bytes, shared) -> None:
+    """At most 2P rows (P positive and P negative slots) of finite width-d gradients, ids in the
+    catalogue. BPR gradients have no natural bound: magnitudes are the aggregator's defence."""
+    c = shared.config
+    v.rows(payload, shared.public.n_items, c.dim, max_rows=2 * c.pairs, what="item gradients")

@@ -40,6 +40,7 @@ class FedMF(Protocol):
     name = "fedmf"
     Config = FedMFConfig
     QUICK = {"rounds": 30, "dim": 32, "eval_every": 5}
+    ATTACK_FAMILY = "fedmf"  # adversaries/attacks/fedmf.py
     BASELINE_SHARES = {"dim": "dim"}
 
     @classmethod
@@ -57,13 +58,27 @@ class FedMF(Protocol):
     def shared(self) -> Shared:
         return Shared(self.config, FedMFPublic(self.dataset.n_users, self.dataset.n_items))
 
+    def adversary_users(self) -> list[int]:
+        return [u for u in range(self.dataset.n_users) if len(self.train_items[u])]
+
     def node_specs(self) -> list[NodeSpec]:
-        # the server and one user per user with training data (the others take no part)
-        users = [u for u in range(self.dataset.n_users) if len(self.train_items[u])]
-        specs = [NodeSpec(FedMFServer, SERVER, {"users": np.array(users)})]
+        # the server and one user per user with training data (the others take no part); with
+        # adversaries (adversaries/condition.py), fake users after the real ones, and the
+        # compromised real users played by the attack's class
+        users = self.adversary_users()
+        adv = self.adversary_plan
+        fake = list(adv.fake) if adv is not None else []
+        specs = [NodeSpec(FedMFServer, SERVER, {"users": np.array(users + fake)})]
         for u in users:
             private = {"train_items": self.train_items[u], "test_items": self.test_items[u]}
-            specs.append(NodeSpec(FedMFUser, node_id("user", u), private, packable=True))
+            cls = FedMFUser
+            if adv is not None and u in adv.compromised:
+                cls, private = adv.attack_cls, {**private, **adv.kwargs()}
+            specs.append(NodeSpec(cls, node_id("user", u), private, packable=True))
+        for u in fake:  # no data of their own: the attack class makes up its profile
+            private = {"train_items": np.zeros(0, np.int64), "test_items": np.zeros(0, np.int64)}
+            private.update(adv.kwargs())
+            specs.append(NodeSpec(adv.attack_cls, node_id("user", u), private, packable=True))
         return specs
 
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:

@@ -7,13 +7,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from adversaries.defences import defended_step
 from cluster.message import node_id
+from cluster.validate import Accept
 from models.bpr import bpr_grads, sample_pairs
 from nodes.node import Node, NodeContext, decode_shared, expect_kinds
 from protocols.base import sample_participants
 from protocols.evaluation import evaluate_users
 from protocols.fedmf import messages as msg
-from protocols.sparse_rows import step_on_mean
 
 SERVER = node_id("server", 0)
 EVAL_CHUNK = 1024  # users ranked in one pass at evaluation
@@ -21,6 +22,7 @@ EVAL_CHUNK = 1024  # users ranked in one pass at evaluation
 
 class FedMFServer(Node):
     role = "server"
+    ACCEPTS = {msg.ITEM_GRADS: Accept(("user",), ("aggregate",), msg.check_item_grads)}
 
     def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray):
         super().__init__(nid, ctx)
@@ -47,7 +49,8 @@ class FedMFServer(Node):
                 return
             n_items = self.item_factors.shape[0]
             uploads = [msg.decode_item_grads(m.payload, n_items) for m in inbox]  # sender order
-            step_on_mean(self.item_factors, self.optimizer, uploads)
+            # the mean, or the run's defence (adversaries/defences.py: per upload or item row)
+            defended_step(self.item_factors, self.optimizer, uploads, self.threat)
         else:
             super().handle(phase, inbox)
 
@@ -57,6 +60,10 @@ class FedMFServer(Node):
 
 class FedMFUser(Node):
     role = "user"
+    ACCEPTS = {
+        msg.ITEM_FACTORS: Accept(("server",), ("train",), msg.check_item_factors),
+        msg.EVAL_ITEM_FACTORS: Accept(("server",), ("eval",), msg.check_item_factors),
+    }
 
     def __init__(self, nid: str, ctx: NodeContext, train_items: np.ndarray, test_items: np.ndarray):
         super().__init__(nid, ctx)
@@ -104,6 +111,7 @@ class FedMFUser(Node):
             n.factor = new_users[b].clone()
             ids = np.concatenate(pairs[b])
             rows = torch.cat([g.pos_items[b], g.neg_items[b]]).numpy()
+            ids, rows = n.tamper_upload(ids, rows, q_list[b])  # an adversary's change, if any
             n.send(msg.ITEM_GRADS, SERVER, msg.encode_item_grads(ids, rows))
             n.report("loss", g.loss[b].item())
 
@@ -120,6 +128,11 @@ class FedMFUser(Node):
                 [q for _, q in chunk],
                 k,
             )
+
+    def tamper_upload(self, ids: np.ndarray, rows: np.ndarray, q: np.ndarray):
+        """The upload as sent: an honest user's unchanged (attack classes override it,
+        adversaries/attacks/)."""
+        return ids, rows
 
     def get_factor(self) -> np.ndarray:
         return self.factor.numpy().copy()

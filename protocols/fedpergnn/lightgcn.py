@@ -105,6 +105,7 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         ids, noisy, n.last_pseudo_items = perturbed_upload(
             n_items, ids_real, real, m, c.clip, upload_laplace(c), gens[b]
         )
+        ids, noisy = n.tamper_upload(ids, noisy, e_list[b])  # an adversary's change, if any
         n.send("item_grads", server, msg.encode_item_grads(ids, noisy))
         n.embedding = new_users[b].clone()
         n.report("loss", loss)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cluster import validate as v
 from cluster import wire
 from privacy.oprf import TOKEN_BYTES
 from protocols.sparse_rows import decode_rows, encode_rows, rows_size
@@ -104,3 +105,83 @@ def upload_rows(n_interacted: int, n_items: int, negatives: int, pseudo: int) ->
     """Rows of one upload: every interacted item, its negatives and its pseudo items."""
     n_neg, m = upload_counts(n_interacted, n_items, negatives, pseudo)
     return n_interacted + n_neg + m
+
+
+# --- what a receiver accepts (cluster/validate.py) ----------------------------------------------
+def gat_size(shared) -> int:
+    """|θ|, the GAT backbone's weights (public sizes only)."""
+
+    def count(sh) -> int:
+        from models.fedpergnn_gat import LocalGAT
+
+        return int(LocalGAT(sh.config.dim, sh.config.layers, seed=0).flat().numel())
+
+    return v.per_shared(shared, "fedpergnn.gat", count)
+
+
+def _upload_cap(shared) -> float | None:
+    """Uploads are clipped to [−δ, δ]; with Laplace noise on them (the thesis' calibration) they
+    have no bound, and magnitudes are left to a robust aggregation."""
+    from protocols.fedpergnn.config import upload_laplace
+
+    c = shared.config
+    return None if upload_laplace(c) else c.clip * (1 + 1e-6)
+
+
+def check_blinded(payload: bytes, shared) -> None:
+    """One blinded value below the RSA modulus per item, at most the catalogue."""
+    v.bigints(payload, max_bits=shared.config.key_bits, max_count=shared.public.n_items)
+
+
+def check_public_key(payload: bytes, shared) -> None:
+    """(N, e) of the key server's modulus size."""
+    v.bigints(payload, max_bits=shared.config.key_bits, count=2)
+
+
+check_signed = check_blinded
+
+
+def check_expand_request(payload: bytes, shared) -> None:
+    """At most one token per item of the catalogue and a finite embedding of width d."""
+    t, e = v.record(payload, 2)
+    v.chunks(t, TOKEN_BYTES, max_count=shared.public.n_items)
+    v.dense(e, (shared.config.dim,), what="embedding")
+
+
+def check_expand_reply(payload: bytes, shared) -> None:
+    """At most max_neighbors finite neighbour embeddings of width d, each with its count of
+    shared tokens (at most the catalogue), and the tokens they add up to."""
+    c, n_items = shared.config, shared.public.n_items
+    e, counts_b, t = v.record(payload, 3)
+    emb = v.dense(e, (None, c.dim), what="neighbour embeddings")
+    if len(emb) > c.max_neighbors:
+        raise v.Invalid("size", f"expand reply: {len(emb)} neighbours > {c.max_neighbors}")
+    counts = v.ids(counts_b, count=len(emb), what="shared-token counts")
+    if counts.size and int(counts.max()) > n_items:
+        raise v.Invalid("range", f"expand reply: a count {int(counts.max())} > {n_items} items")
+    tokens = v.chunks(t, TOKEN_BYTES, max_count=n_items * max(1, len(emb)))
+    if int(counts.sum()) != len(tokens):
+        raise v.Invalid(
+            "shape", f"expand reply: counts add to {counts.sum()}, {len(tokens)} tokens"
+        )
+
+
+def check_item_embeddings(payload: bytes, shared) -> None:
+    """E: finite [n_items, d]."""
+    v.dense(payload, (shared.public.n_items, shared.config.dim), what="item embeddings")
+
+
+def check_gat_weights(payload: bytes, shared) -> None:
+    """θ of the GAT backbone: a finite vector of its size."""
+    v.dense(payload, (gat_size(shared),), what="GAT weights")
+
+
+def check_item_grads(payload: bytes, shared) -> None:
+    """Rows sorted by distinct item id of the catalogue, finite, width d, within the clip bound
+    where no noise is added on the device."""
+    n_items, dim = shared.public.n_items, shared.config.dim
+    v.rows(payload, n_items, dim, max_rows=n_items, distinct=True, cap=_upload_cap(shared))
+
+
+def check_gat_grads(payload: bytes, shared) -> None:
+    v.dense(payload, (gat_size(shared),), cap=_upload_cap(shared), what="GAT gradients")

@@ -112,6 +112,7 @@ class FedPerGNN(Protocol):
     name = "fedpergnn"
     Config = FedPerGNNConfig
     BASELINE_SHARES = {"dim": "dim", "layers": "layers"}
+    ATTACK_FAMILY = "fedpergnn"  # adversaries/attacks/fedpergnn.py
     # the FedLightGCN thesis on gowalla (benchmarks/RESULTS.md, "Gowalla, published LightGCN
     # split", column "thesis")
     PAPER = PaperFigure(
@@ -180,8 +181,16 @@ class FedPerGNN(Protocol):
     def key_server_ids(self) -> list[str]:
         return [node_id("key_server", r) for r in range(self.config.key_servers)]
 
+    def adversary_users(self) -> list[int]:
+        return list(self.users)
+
     def node_specs(self) -> list[NodeSpec]:
-        users = np.array(self.users, dtype=np.int64)
+        # with adversaries (adversaries/condition.py): fake users after the real ones, taking
+        # part in tokens, expansion and training like any user; compromised users played by the
+        # attack's class. The expansion period stays that of the real users.
+        adv = self.adversary_plan
+        fake = list(adv.fake) if adv is not None else []
+        users = np.array(self.users + fake, dtype=np.int64)
         replicas = self.config.key_servers
         specs = [NodeSpec(Server, SERVER, {"users": users})]
         for r, nid in enumerate(self.key_server_ids):  # user u → replica u mod R
@@ -192,7 +201,17 @@ class FedPerGNN(Protocol):
             if self.train_ratings is not None:
                 data["train_ratings"] = self.train_ratings[u]
                 data["test_ratings"] = self.test_ratings[u]
-            specs.append(NodeSpec(User, node_id("user", u), data, packable=True))
+            cls = User
+            if adv is not None and u in adv.compromised:
+                cls, data = adv.attack_cls, {**data, **adv.kwargs()}
+            specs.append(NodeSpec(cls, node_id("user", u), data, packable=True))
+        for u in fake:  # no data of their own: the attack class makes up its profile
+            data = {"train_items": np.zeros(0, np.int64), "test_items": np.zeros(0, np.int64)}
+            if self.train_ratings is not None:
+                data["train_ratings"] = np.zeros(0, np.float32)
+                data["test_ratings"] = np.zeros(0, np.float32)
+            data.update(adv.kwargs())
+            specs.append(NodeSpec(adv.attack_cls, node_id("user", u), data, packable=True))
         return specs
 
     # --- choreography ---------------------------------------------------------------------------

@@ -39,8 +39,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from adversaries.defences import defended_step
 from cluster import wire
 from cluster.message import index_of, node_id
+from cluster.validate import Accept, empty_blob
 from models.fedpergnn_gat import LocalGAT
 from models.lightgcn import xavier_rows
 from nodes.node import Node, NodeContext, expect_kinds, node_seed
@@ -51,7 +53,6 @@ from protocols.base import sample_participants
 from protocols.fedpergnn import gat, lightgcn
 from protocols.fedpergnn import messages as msg
 from protocols.fedpergnn.config import model_laplace
-from protocols.sparse_rows import step_on_mean
 
 SERVER = node_id("server", 0)
 KEY_SERVER = node_id("key_server", 0)
@@ -75,6 +76,10 @@ class KeyServer(Node):
     """Third party holding the RSA key; signs blinded values and never sees an id or a token."""
 
     role = "key_server"
+    ACCEPTS = {
+        "oprf_blinded": Accept(("user",), ("oprf_sign", "rejoin"), msg.check_blinded),
+        "oprf_key_request": Accept(("user",), ("rejoin",), empty_blob),
+    }
 
     def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray):
         super().__init__(nid, ctx)
@@ -119,6 +124,9 @@ class Matcher(Node):
     who catches up later (``rejoin``) is matched against everyone."""
 
     role = "matcher"
+    ACCEPTS = {
+        "expand_request": Accept(("user",), ("expand_match", "rejoin"), msg.check_expand_request)
+    }
 
     def __init__(self, nid: str, ctx: NodeContext):
         super().__init__(nid, ctx)
@@ -159,6 +167,10 @@ class Server(Node):
     """Holds the item embeddings E; samples the round's users; FedAvg of uploads, Adam step."""
 
     role = "server"
+    ACCEPTS = {
+        "item_grads": Accept(("user",), ("aggregate",), msg.check_item_grads),
+        "gat_grads": Accept(("user",), ("aggregate",), msg.check_gat_grads),
+    }
 
     def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray):
         super().__init__(nid, ctx)
@@ -210,7 +222,8 @@ class Server(Node):
             if len(uploads) < max(1, self.min_participants):
                 self.report("skipped", 1.0)
                 return
-            step_on_mean(self.item_emb, self.optimizer, uploads)
+            # the mean, or the run's defence (adversaries/defences.py: per upload or item row)
+            defended_step(self.item_emb, self.optimizer, uploads, self.threat)
             if self.gat_weights is not None:
                 gat.step_on_mean_dense(self.gat_weights, self.gat_optimizer, model_uploads)
             scale = model_laplace(self.config, len(uploads))
@@ -237,6 +250,16 @@ class User(Node):
     """Keeps I_u, e_u, its item tokens and its local graph; nothing of these leaves in the clear."""
 
     role = "user"
+    # phases: a user that was away catches up on any of these in "rejoin" (module docstring)
+    ACCEPTS = {
+        "oprf_public_key": Accept(("key_server",), None, msg.check_public_key),
+        "oprf_signed": Accept(("key_server",), None, msg.check_signed),
+        "expand_reply": Accept(("matcher",), None, msg.check_expand_reply),
+        "item_embeddings": Accept(("server",), None, msg.check_item_embeddings),
+        "gat_weights": Accept(("server",), None, msg.check_gat_weights),
+        "eval_item_embeddings": Accept(("server",), ("eval",), msg.check_item_embeddings),
+        "eval_gat_weights": Accept(("server",), ("eval",), msg.check_gat_weights),
+    }
 
     def __init__(
         self,
@@ -372,6 +395,11 @@ class User(Node):
             backbone.evaluate_held_out(nodes, inboxes)
         else:
             super().handle_batch(nodes, phase, inboxes)
+
+    def tamper_upload(self, ids: np.ndarray, rows: np.ndarray, item_emb: np.ndarray):
+        """The upload as sent: an honest user's unchanged (attack classes override it,
+        adversaries/attacks/)."""
+        return ids, rows
 
     # --- inspection (tests) ---------------------------------------------------------------------
     def get_embedding(self) -> np.ndarray:

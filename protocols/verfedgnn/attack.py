@@ -13,7 +13,7 @@ party's state (item embeddings e_v^0, rating edges) with the party's own aggrega
 
 ``simulate`` runs all three on a given victim (used by tests and benchmarks/verfedgnn.py);
 the protocol mounts the VerFedGNN one on the messages it really sends
-(``VerFedGNNConfig.attack``: ``register_adversaries`` / ``add_ratings`` before the run, the
+(``VerFedGNNConfig.deanonymization``: ``register_adversaries`` / ``add_ratings`` before the run, the
 attacking party's ``get_deanonymization`` (``infer_victim_items``), then
 ``score_protocol_attack``).
 """

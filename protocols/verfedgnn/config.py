@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from models.rating_gnn import KINDS
 from protocols.base import ProtocolConfig, require
@@ -13,6 +14,9 @@ PROJECTIONS = ("gaussian", "sparse", "none")
 
 @dataclasses.dataclass
 class VerFedGNNConfig(ProtocolConfig):
+    # `attack` named the de-anonymization switch before `--attack NAME` named an adversaries' attack
+    ALIASES: ClassVar[dict[str, str]] = {"attack": "deanonymization"}
+
     parties: int = 4  # P
     participation: float = 1.0  # α: S = max(1, round(α·P)) parties per iteration
     gnn: str = "gcn"  # gcn | gat | ggnn | mf
@@ -42,7 +46,7 @@ class VerFedGNNConfig(ProtocolConfig):
     split_seed: int = 0  # item partition and validation split
     # de-anonymization attack (§4.1, App. I): party attack_party registers one adversarial user
     # for each of a fraction attack_p_ad of attack_victim's items and infers honest users' items
-    attack: bool = False  # run the de-anonymization attack (see above)
+    deanonymization: bool = False  # run the de-anonymization attack (see above)
     attack_party: int = 0  # the attacking party
     attack_victim: int = 1  # the party whose items are attacked
     attack_p_ad: float = 0.5  # share of the victim's items with an adversarial user
@@ -76,7 +80,7 @@ class VerFedGNNConfig(ProtocolConfig):
             "must be >= 1024 and a multiple of 16",
         )
         require(self.psi_extra_users >= 0, "psi_extra_users", "must be >= 0")
-        if self.attack:
+        if self.deanonymization:
             require(0 <= self.attack_party < self.parties, "attack_party", "must be a party")
             require(0 <= self.attack_victim < self.parties, "attack_victim", "must be a party")
             require(

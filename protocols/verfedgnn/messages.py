@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from cluster import validate as v
 from cluster import wire
 
 
@@ -72,3 +73,59 @@ def paper_iteration_floats(*, n_public: int, s: int, rows: int, dim: int, n_laye
     """The paper's cost counted in numbers sent (no headers): S·|θ| down, S(S−1)·K·q·D between
     parties; the quantized upload costs about nnz·(32 + 1) bits per party (index + sign)."""
     return {"public_params": s * n_public, "aggregates": s * (s - 1) * n_layers * rows * dim}
+
+
+# --- what a receiver accepts (cluster/validate.py) ----------------------------------------------
+# θ's length and the projection's row count follow from the aligned users (the PSI's outcome,
+# not a public value): the receiving handler compares them with its own θ and Φ.
+def check_blinded(payload: bytes, shared) -> None:
+    """One blinded value below the PSI modulus per user a party knows (at most N common users and
+    its ``psi_extra_users`` own ones)."""
+    most = shared.public.n_users + shared.config.psi_extra_users
+    v.bigints(payload, max_bits=shared.config.psi_key_bits, max_count=most)
+
+
+check_signed = check_blinded
+
+
+def check_public_key(payload: bytes, shared) -> None:
+    v.bigints(payload, max_bits=shared.config.psi_key_bits, count=2)
+
+
+def check_tokens(payload: bytes, shared) -> None:
+    from privacy.oprf import TOKEN_BYTES
+
+    # a party's ids: the common users and its own extra ones (``psi_extra_users``)
+    v.chunks(payload, TOKEN_BYTES, max_count=shared.public.n_users + shared.config.psi_extra_users)
+
+
+def check_intersection(payload: bytes, shared) -> None:
+    n, c = shared.public.n_users, shared.config
+    # ids of the parties' id space: the N common users, then each party's own extra ones
+    v.ids(payload, n + c.parties * c.psi_extra_users, max_count=n, what="PSI intersection")
+
+
+def check_public(payload: bytes, shared) -> None:
+    """Φ's seed, the participants A_t among the P parties, and a finite θ."""
+    seed_b, parts_b, theta_b = v.record(payload, 3)
+    v.ids(seed_b, count=1, what="seed of Φ")
+    P = shared.config.parties
+    v.ids(parts_b, P, max_count=P, what="participants")
+    v.dense(theta_b, (None,), what="θ")
+
+
+def check_aggregates(payload: bytes, shared) -> None:
+    """Y = Φ X: a finite [L_j, q, D] tensor."""
+    v.dense(payload, (None, None, shared.config.dim), what="aggregates")
+
+
+def check_gradient(payload: bytes, shared) -> None:
+    """∂θ: a sparse ternary vector (bounded by its scale) or a finite dense vector (Laplace and
+    no-mechanism variants: magnitudes left to a robust aggregation)."""
+    tag = v.decoded(wire.peek_tag, payload)
+    if tag == "ternary":
+        v.ternary(payload)
+    elif tag == "dense":
+        v.dense(payload, (None,), what="gradient")
+    else:
+        raise v.Invalid("malformed", f"gradient: unexpected codec {tag}")

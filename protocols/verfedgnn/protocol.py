@@ -123,12 +123,22 @@ class VerFedGNN(Protocol):
     name = "verfedgnn"
     Config = VerFedGNNConfig
     # the main job: two parties, 1024-bit PSI keys, and the de-anonymization attack at the end
-    QUICK = {"rounds": 60, "parties": 2, "psi_key_bits": 1024, "attack": True, "eval_every": 20}
+    QUICK = {
+        "rounds": 60,
+        "parties": 2,
+        "psi_key_bits": 1024,
+        "deanonymization": True,
+        "eval_every": 20,
+    }
     BASELINE_SHARES = {"dim": "dim", "layers": "layers", "thd": "thd", "activation": "activation"}
     # Mai & Pang, ICML 2023, report RMSE on ML-1M and Book-Crossing; no figure of their table is
     # in this repository, and the search tool (https://arxiv.org/html/2303.05786v3) returned the
     # set-up but not the table: not recorded
     PAPER = PaperFigure(on="ML-1M", source="Mai & Pang, ICML 2023 (table not recorded)")
+    # adversaries (adversaries/): compromised parties (adversaries/attacks/verfedgnn.py) chosen
+    # by (seed, party node id); the defence is the server's combination of the gradients (eq. 21)
+    ATTACK_FAMILY = "verfedgnn"
+    ADVERSARY_ROLE = "party"
 
     @classmethod
     def central_baseline(cls, params) -> str:
@@ -156,13 +166,27 @@ class VerFedGNN(Protocol):
         self.baseline = global_mean_rmse(self.train, self.test)
         self.n_users = dataset.n_users  # honest users, then the adversarial ones (attack)
         self.adversaries: attack.Adversaries | None = None
-        if c.attack:  # adversarial users, ids n_users.., one rating (≥ thd) of a victim item each
+        if (
+            c.deanonymization
+        ):  # adversarial users, ids n_users.., one rating (≥ thd) of a victim item each
             self.adversaries = attack.register_adversaries(
                 self.owner, c.attack_victim, c.attack_p_ad, dataset.n_users, (seed, c.split_seed)
             )
             rating = max(float(self.train.rating.max()), c.thd)
             self.train = attack.add_ratings(self.train, self.adversaries, rating)
             self.n_users += len(self.adversaries.users)
+
+    def adversary_users(self) -> list[int]:
+        return list(range(self.config.parties))  # the participants that can be compromised
+
+    def set_adversaries(self, condition) -> None:
+        from adversaries.condition import AdversaryError
+
+        super().set_adversaries(condition)
+        if self.adversary_plan is not None and self.adversary_plan.fake:
+            raise AdversaryError(
+                "mode: verfedgnn's adversaries are compromised parties (mode 'compromised')"
+            )
 
     def shared(self) -> Shared:
         r = self.train.rating
@@ -203,7 +227,10 @@ class VerFedGNN(Protocol):
             }
             if self.adversaries is not None and p == c.attack_party:
                 kwargs["adversaries"] = self.adversaries
-            specs.append(NodeSpec(VerFedGNNParty, node_id("party", p), kwargs))
+            cls, plan = VerFedGNNParty, self.adversary_plan
+            if plan is not None and p in plan.compromised:  # a compromised party (adversaries/)
+                cls, kwargs = plan.attack_cls, {**kwargs, **plan.kwargs()}
+            specs.append(NodeSpec(cls, node_id("party", p), kwargs))
         return specs
 
     def align(self, dep: Deployment, round_: int) -> None:
@@ -283,9 +310,43 @@ class VerFedGNN(Protocol):
                 out[f"{name}_rmse"] = math.sqrt(math.fsum(res.reports[f"{name}_se"]) / n)
         out["rmse"] = out.get("test_rmse", float("nan"))
         out["global_mean_rmse"] = self.baseline
+        if self.adversary_plan is not None:
+            out.update(self.target_exposure(dep))
         if self.adversaries is not None:
             out.update(self.deanonymization(dep))
         return out
+
+    def target_exposure(self, dep: Deployment) -> dict[str, float]:
+        """The targets' exposure to honest users (adversaries/condition.py), over predicted
+        ratings: every honest party sends the driver, per aligned user, its best ``er_k``
+        predicted ratings among its items the user did not rate in training and its targets'
+        predicted ratings (``get_target_view``; a compromised party's are not measured, nor are
+        its held-out ratings in the RMSE). Over the honest users (the dataset's) and the targets
+        they did not rate: ``target_er@K``, the share of such users with one of those targets in
+        the top K of the honest parties' items; ``target_hr@K``, the share of (user, target) pairs in the
+        top K; ``target_rating``, the targets' mean predicted rating (clamped to the rating
+        range)."""
+        k = self.adversary_plan.threat.er_k
+        views = [dep.call(node_id("party", p), "get_target_view") for p in self.adversary_users()]
+        views = [v for v in views if v is not None]
+        if not views:
+            return {}
+        honest = views[0]["users"] < self.dataset.n_users
+        best = np.concatenate([v["best"] for v in views], axis=1)[honest]
+        kth = -np.partition(-best, min(k, best.shape[1]) - 1, axis=1)[:, min(k, best.shape[1]) - 1]
+        scores = np.concatenate([v["target_scores"] for v in views], axis=1)[honest]
+        open_ = ~np.concatenate([v["target_rated"] for v in views], axis=1)[honest]
+        if not open_.any():
+            return {}
+        hit = (scores >= kth[:, None]) & open_
+        users = open_.any(1)
+        r = self.train.rating
+        clamped = np.clip(scores, float(r.min()), float(r.max()))
+        return {
+            f"target_er@{k}": float(hit.any(1)[users].mean()),
+            f"target_hr@{k}": float(hit.sum() / open_.sum()),
+            "target_rating": float(clamped[open_].mean()),
+        }
 
     def deanonymization(self, dep: Deployment) -> dict[str, float]:
         """The attacker's inference from the victim's last projected aggregate (X̂ = ΦᵀY of the

@@ -19,14 +19,17 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from adversaries.defences import defended_vectors
 from cluster import wire
 from cluster.message import index_of, node_id
+from cluster.validate import Accept, empty
 from models.rating_gnn import RatingGNN, rating_edges
 from nodes.node import Node, NodeContext, expect_kinds, node_seed
 from privacy import oprf
 from privacy.key_server import BlindSigner, OprfClient
 from privacy.projection import make_projection, project, reconstruct
 from privacy.ternary import ternary_quantize
+from protocols.verfedgnn import messages as msgs
 from protocols.verfedgnn import psi
 from protocols.verfedgnn.aggregation import (
     exchange_schedule,
@@ -50,6 +53,10 @@ class VerFedGNNKeyServer(Node):
     """Holds the OPRF key; sees only blinded (uniformly random) values."""
 
     role = "key_server"
+    ACCEPTS = {
+        "psi_rejoin": Accept(("party",), ("psi_key",), empty),
+        "psi_blinded": Accept(("party",), ("psi_sign",), msgs.check_blinded),
+    }
 
     def __init__(self, nid: str, ctx: NodeContext):
         super().__init__(nid, ctx)
@@ -76,6 +83,10 @@ class VerFedGNNServer(Node):
     """Holds the public parameters θ; matches the PSI tokens; samples A_t; eq. 21 + Adagrad."""
 
     role = "server"
+    ACCEPTS = {
+        "psi_tokens": Accept(("party",), ("psi_match",), msgs.check_tokens),
+        "gradient": Accept(("party",), ("aggregate",), msgs.check_gradient),
+    }
 
     def __init__(self, nid: str, ctx: NodeContext):
         super().__init__(nid, ctx)
@@ -167,6 +178,12 @@ class VerFedGNNServer(Node):
         c, public = self.config, self.public
         n = self.theta.shape[0]
         grads = [torch.from_numpy(decode_gradient(m.payload, n, m.src)) for m in inbox]
+        threat = self.threat
+        if threat is not None and threat.defence:  # the run's defence (adversaries/defences.py)
+            kept = defended_vectors(
+                [g.double().numpy() for g in grads], threat.defence, dict(threat.defence_params)
+            )
+            grads = [torch.from_numpy(v) for v in kept]  # their sum stands for Σ_{p∈S} g_p
         if c.estimator == "uniform":  # eq. 21, Horvitz–Thompson: (P/S) Σ g_p
             total = partial_participation_aggregate(grads, c.parties)
         else:  # the authors' code: (M / Σ_S M_p) Σ g_p
@@ -192,6 +209,14 @@ class VerFedGNNParty(Node):
     it registered when it runs the de-anonymization attack."""
 
     role = "party"
+    ACCEPTS = {
+        "psi_public_key": Accept(("key_server",), ("psi_blind",), msgs.check_public_key),
+        "psi_signed": Accept(("key_server",), ("psi_tokens",), msgs.check_signed),
+        "psi_intersection": Accept(("server",), ("psi_align",), msgs.check_intersection),
+        "public_params": Accept(("server",), None, msgs.check_public),
+        "eval_public_params": Accept(("server",), None, msgs.check_public),
+        "aggregates": Accept(("party",), None, msgs.check_aggregates),
+    }
 
     def __init__(
         self,
@@ -330,6 +355,7 @@ class VerFedGNNParty(Node):
         with torch.no_grad():
             prop = self.model.propagate(self.external, aggregate_scale=self.scale)
         xs = [prop.local_user_aggregates[k] for k in layers]  # exact by the schedule
+        xs = self.tamper_aggregates(xs)  # a compromised party's change (adversaries/), if any
         if self.phi is not None:
             xs = [project(self.phi, x) for x in xs]
         payload = wire.encode_dense(torch.stack(xs))
@@ -360,9 +386,11 @@ class VerFedGNNParty(Node):
     def _release(self, grad: torch.Tensor) -> bytes:
         """Clip to [−B, B], then ternary (eqs. 19–20), Laplace (App. J.2) or nothing."""
         c = self.config
-        g = grad.clamp(-c.clip, c.clip)
+        g = self.tamper_gradient(grad.clamp(-c.clip, c.clip))  # a compromised party's change
         if c.mechanism == "ternary":
-            values, scale = ternary_quantize(g, c.ternary_r, self.torch_generator(), clip=c.clip)
+            # an honest party's g lies in [−B, B]; a crafted one stays in the code's range [−r, r]
+            bound = self.release_bound()
+            values, scale = ternary_quantize(g, c.ternary_r, self.torch_generator(), clip=bound)
             return wire.encode_ternary(values.numpy(), scale)
         if c.mechanism == "laplace":
             noise = self.rng.laplace(0.0, c.laplace_scale, size=g.shape[0])
@@ -383,6 +411,49 @@ class VerFedGNNParty(Node):
                 se = (pred - torch.from_numpy(r)).double().pow(2).sum()
                 self.report(f"{name}_se", float(se))
                 self.report(f"{name}_n", float(len(u)))
+        if self.threat is not None and self.threat.targets:
+            self.target_view = self._target_view(prop)
+
+    def _target_view(self, prop) -> dict:
+        """What the driver needs of this party for the targets' exposure (adversaries/): per
+        aligned user, the best ``er_k`` predicted ratings among this party's items the user did
+        not rate in training, and the predicted ratings of the targets this party owns, with
+        whether the user rated them in training."""
+        scores = prop.user @ prop.item.T
+        if self.model.use_bias:
+            scores = scores + self.model.global_mean + self.model.user_bias.weight
+            scores = scores + self.model.item_bias.weight.T
+        scores = scores.double()
+        u, i, _ = self.data["train"]
+        rated = torch.zeros(scores.shape, dtype=torch.bool)
+        rated[torch.from_numpy(u), torch.from_numpy(i)] = True
+        k = min(self.threat.er_k, scores.shape[1])
+        best = scores.masked_fill(rated, -torch.inf).topk(k, dim=1).values
+        own = [t for t in self.threat.targets if t in set(self.items.tolist())]
+        local = torch.from_numpy(np.searchsorted(self.items, own).astype(np.int64))
+        return {
+            "users": self.aligned_users.copy(),
+            "best": best.numpy(),
+            "targets": np.array(own, dtype=np.int64),
+            "target_scores": scores[:, local].numpy(),
+            "target_rated": rated[:, local].numpy(),
+        }
+
+    def get_target_view(self) -> dict | None:
+        return getattr(self, "target_view", None)
+
+    # --- what a compromised party changes (adversaries/attacks/verfedgnn.py overrides these)
+    def tamper_aggregates(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The neighbour aggregates X_p^k of an exchange step, before the projection Φ."""
+        return xs
+
+    def tamper_gradient(self, g: torch.Tensor) -> torch.Tensor:
+        """The clipped gradient of θ, before the release mechanism."""
+        return g
+
+    def release_bound(self) -> float:
+        """What the ternary encoder clips to: B for an honest party (the code allows r)."""
+        return self.config.clip
 
     def get_deanonymization(self) -> dict:
         """Eq. (I.1) on the last X̂_victim^1 received (protocols/verfedgnn/attack.py): for every

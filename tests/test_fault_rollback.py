@@ -1,0 +1,65 @@
+"""A participant that raises in a later superstep of a round is put back as the round found it,
+and the nodes of its batch keep what they computed (nodes/host.py Host._handle): one host, in
+process, no Ray."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nodes.conditions import Conditions
+from nodes.host import Host
+from nodes.node import Node, Shared
+
+PHASES = ("first", "second")
+
+
+class Tally(Node):
+    """Every superstep each node draws from its own RNG and adds it to its total, all nodes of the
+    batch first; then ``user/1`` raises in the second superstep of round 1."""
+
+    role = "user"
+    fail = False
+
+    def __init__(self, nid, ctx):
+        super().__init__(nid, ctx)
+        self.total = 0.0
+
+    @classmethod
+    def handle_batch(cls, nodes, phase, inboxes):
+        for n in nodes:
+            n.total += float(n.rng.random())
+        for n in nodes:
+            if cls.fail and n.id == "user/1" and n.round == 1 and phase == "second":
+                raise RuntimeError("boom")
+
+
+def _run(fail: bool) -> tuple[Host, list[dict]]:
+    Tally.fail = fail
+    host = Host(0, seed=3, shared=Shared(), num_cpus=1, conditions=Conditions())
+    host.add_nodes([(Tally, f"user/{i}", {}) for i in range(3)])
+    host.set_route({f"user/{i}": 0 for i in range(3)})
+    out = []
+    for r in range(3):
+        failed: list[str] = []
+        for phase in PHASES:
+            res = host.step(r, phase, ["user"], False, {"failed": failed})
+            failed += [f["node"] for f in res.get("faults", ())]
+            out.append(res)
+    return host, out
+
+
+def test_a_node_raising_late_in_a_round_is_put_back_as_the_round_found_it():
+    clean, _ = _run(False)
+    host, steps = _run(True)
+    faults = [f for s in steps for f in s.get("faults", ())]
+    assert [(f["node"], f["round"], f["phase"]) for f in faults] == [("user/1", 1, "second")]
+    assert faults[0]["error"] == "RuntimeError: boom"
+    for nid in ("user/0", "user/2"):  # the rest of the batch: as if nothing had failed
+        assert host.nodes[nid].total == clean.nodes[nid].total
+        assert host.nodes[nid].rng.random() == clean.nodes[nid].rng.random()
+    # user/1 lost round 1 as an offline node would: round 0's two draws, then round 2's two
+    ref = np.random.default_rng(host.nodes["user/1"].rng.bit_generator.seed_seq)
+    draws = ref.random(4)
+    assert host.nodes["user/1"].total == float(draws[0]) + float(draws[1]) + float(
+        draws[2]
+    ) + float(draws[3])
