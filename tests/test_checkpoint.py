@@ -166,8 +166,15 @@ def test_ctrl_c_names_the_round_and_the_resume(ray_local, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize(
-    "flags", [["--dataset", "ml-100k"], ["--dropout", "0.2"], ["--seed", "1"],
-              ["--placement", "dedicated"], ["--hosts", "3"], ["--protocol", "dmf"]]
+    "flags",
+    [
+        ["--dataset", "ml-100k"],
+        ["--dropout", "0.2"],
+        ["--seed", "1"],
+        ["--placement", "dedicated"],
+        ["--hosts", "3"],
+        ["--protocol", "dmf"],
+    ],
 )
 def test_flags_that_cannot_change_on_resume_are_refused(tmp_path, capsys, flags):
     (tmp_path / "config.json").write_text(json.dumps({"settings": {"protocol": "fedmf"}}))
