@@ -113,9 +113,6 @@ class InProcess:
         # the nodes' own copies of their data, as a host unpickles them
         made = pickle.loads(dumps_specs([(s.cls, s.nid, s.kwargs) for s in specs]))
         self.nodes = {nid: cls(nid, self.ctx, **kw) for cls, nid, kw in made}
-        self.by_role: dict[str, list[str]] = defaultdict(list)
-        for nid in self.nodes:
-            self.by_role[nid.partition("/")[0]].append(nid)
         self.pending: dict[str, list] = defaultdict(list)
         self.ledger = Ledger()
         self.status = _quiet
@@ -127,25 +124,17 @@ class InProcess:
 
     def superstep(self, round_, phase, activate=(), *, availability=True):
         from nodes.deployment import StepResult
+        from nodes.host import activated, class_batches
 
         t0 = time.perf_counter()
         inbox, self.pending = self.pending, defaultdict(list)
         for msgs in inbox.values():
             msgs.sort(key=lambda m: m.src)
-        active = set(inbox)
-        for a in activate:
-            if "/" in a:
-                if a in self.nodes:
-                    active.add(a)
-            else:
-                active.update(self.by_role.get(a, ()))
-        by_class: dict[type, list[str]] = defaultdict(list)
-        for nid in sorted(active):
-            by_class[type(self.nodes[nid])].append(nid)
+        active = activated(self.nodes, inbox, activate)  # the host's own rules
         reports: dict[str, list[float]] = defaultdict(list)
         kernel = 0.0
         record = self.ledger.record
-        for cls, nids in sorted(by_class.items(), key=lambda kv: kv[0].__name__):
+        for cls, nids in class_batches(self.nodes, active):
             nodes = [self.nodes[n] for n in nids]
             for n in nodes:
                 n.round, n.phase = round_, phase

@@ -94,6 +94,28 @@ def _fault(node: str, round_: int, phase: str, e: BaseException) -> dict:
     return {"node": node, "round": round_, "phase": phase, "error": one_line(e)}
 
 
+def activated(nodes: dict[str, Node], received, activate) -> set[str]:
+    """The nodes that run a superstep: every node that received a message, every node named in
+    ``activate`` that is here, and every node of a role named there."""
+    active = set(received)
+    for a in activate:
+        if "/" in a:
+            if a in nodes:
+                active.add(a)
+        else:
+            active.update(nid for nid in nodes if role_of(nid) == a)
+    return active
+
+
+def class_batches(nodes: dict[str, Node], active) -> list[tuple[type, list[str]]]:
+    """``active`` grouped into one batch per node class, in the order the host runs them (classes
+    by name, ids sorted)."""
+    by_class: dict[type, list[str]] = defaultdict(list)
+    for nid in sorted(active):
+        by_class[type(nodes[nid])].append(nid)
+    return sorted(by_class.items(), key=lambda kv: kv[0].__name__)
+
+
 # torch's global RNG as a fresh process has it (its default seed): a reset host restores it, so
 # a reused actor computes what a new one would even where a model draws from the global RNG
 _FRESH_TORCH_RNG = torch.get_rng_state()
@@ -233,13 +255,7 @@ class Host:
         for msgs in inbox.values():  # a deterministic order, whatever the placement
             msgs.sort(key=lambda m: m.src)
 
-        active = set(inbox)
-        for a in activate:
-            if "/" in a:
-                if a in self.nodes:
-                    active.add(a)
-            else:
-                active.update(nid for nid in self.nodes if role_of(nid) == a)
+        active = activated(self.nodes, inbox, activate)
         if absent or avail or failed:
             gone = {nid for nid in active if absent or away(nid)}
             dropped |= gone
@@ -248,9 +264,6 @@ class Host:
         if self._ran[0] != key:
             self._ran = (key, set())
         self._ran[1].update(nid for nid in active if cond.participant(nid))
-        by_class: dict[type, list[str]] = defaultdict(list)
-        for nid in sorted(active):
-            by_class[type(self.nodes[nid])].append(nid)
         t1 = time.perf_counter()
 
         clock = bool(ctrl.get("clock"))
@@ -262,7 +275,7 @@ class Host:
         outgoing: dict[int, list[Message]] = defaultdict(list)
         sim_max, late, late_nodes = 0.0, 0, []
         faults: list[dict] = []
-        for cls, nids in sorted(by_class.items(), key=lambda kv: kv[0].__name__):
+        for cls, nids in class_batches(self.nodes, active):
             tc = time.perf_counter()
             nids, raised, failure = self._handle(cls, nids, round_, phase, inbox)
             if failure is not None:  # a server, key server, matcher...: the run stops
