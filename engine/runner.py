@@ -111,6 +111,7 @@ def prepare(settings: RunSettings, dataset: RecDataset) -> Plan:
     except ValueError as e:  # the protocol refuses the data, before Ray starts
         raise UnsuitableDataError(str(e)) from e
     protocol.set_adversaries(settings.adversaries)  # AdversaryError: no such role, bad targets
+    protocol.check_rounds(settings.rounds)  # ConfigError: more rounds than the config allows
     specs = protocol.node_specs()
     return Plan(protocol, config, specs, check_plan(settings, specs))
 
@@ -191,6 +192,7 @@ def resume(
     those the protocol's Config names ``RESUMABLE`` (step sizes, reporting); config.json records
     the change and the new plan."""
     state, start, rounds = resume_plan(run_dir, rounds)
+    state["protocol"].check_rounds(rounds)
     planned = state["settings"].rounds
     settings = dataclasses.replace(
         state["settings"], rounds=rounds, address=address, progress=progress

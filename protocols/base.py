@@ -378,6 +378,10 @@ class Protocol:
         interacted with (BPR and its kin). False by default."""
         return False
 
+    def check_rounds(self, rounds: int) -> None:
+        """Refuse ``rounds`` rounds (in all, a resumed run's too) that this configuration cannot
+        run, before Ray starts, with a ConfigError naming the parameter. Any number by default."""
+
     def check_data(self) -> None:
         """Refuse data this protocol cannot run on, before Ray starts, with a ValueError of one
         line (the engine calls it after the constructor, whose own refusals come first): a

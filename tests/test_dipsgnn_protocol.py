@@ -3,6 +3,7 @@ placement invariance, and a tiny run beats the trivial baselines."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -159,6 +160,16 @@ def test_sigma_is_calibrated_for_the_counted_releases(ray_local):
 def test_more_epochs_than_calibrated_is_refused(ray_local):
     with pytest.raises(Exception, match="epochs"):
         run({**SMALL, "epochs": 1}, rounds=2)
+
+
+def test_more_rounds_than_epochs_is_refused_before_ray_starts():
+    from engine import RunSettings
+    from engine.runner import prepare
+
+    settings = RunSettings(protocol="dipsgnn", rounds=4, params={**SMALL, "epochs": 3})
+    with pytest.raises(ConfigError, match=r"epochs 3: .* 4 rounds .* --epochs 4"):
+        prepare(settings, small_dataset())
+    prepare(dataclasses.replace(settings, rounds=3), small_dataset())  # as many: accepted
 
 
 @pytest.mark.slow  # an actor per participant (dedicated): CI runs `-m slow`

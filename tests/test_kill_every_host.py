@@ -92,15 +92,19 @@ def test_a_restored_dipsgnn_curator_trains_no_epoch_beyond_its_calibration(ray_l
     at round 2 and comes back from the snapshot of round 0, forgetting both epochs; the driver,
     which counted them, still refuses round 3's epoch (which would spend more than eps2), as it
     does at round 2 of the same run without a fault."""
-    settings = RunSettings(
-        protocol="dipsgnn",
-        rounds=4,
-        seed=0,
-        hosts=2,
-        params=dict(PARAMS["dipsgnn"], epochs=2),
-        out=str(tmp_path),
-        progress=False,
-        conditions=Conditions(kill_hosts=((2, HOSTS["dipsgnn"] - 1),)),
-    )
-    with pytest.raises(RuntimeError, match="calibrated for 2 epochs"):
-        run(settings, dataset())
+    from engine import deploy, run_rounds
+    from protocols.base import build_config
+    from protocols.dipsgnn.protocol import DIPSGNNProtocol
+
+    # the engine refuses 4 rounds of a 2-epoch calibration before Ray starts (check_rounds):
+    # the rounds are driven here directly, to reach the driver's own guard after the restore
+    config = build_config(DIPSGNNProtocol.Config, dict(PARAMS["dipsgnn"], epochs=2))
+    protocol = DIPSGNNProtocol(dataset(), config, seed=0)
+    kill = Conditions(kill_hosts=((2, HOSTS["dipsgnn"] - 1),))
+    dep = deploy(protocol, "packed", 2, conditions=kill)
+    try:
+        with pytest.raises(RuntimeError, match="calibrated for 2 epochs"):
+            run_rounds(protocol, dep, 4, eval_every=0)
+    finally:
+        dep.close()
+    assert protocol.epochs_done == 2

@@ -207,6 +207,16 @@ class DIPSGNNProtocol(Protocol):
             return {"bounds": ("rdp",), "rdp_orders": DPSGD_RDP_ORDERS}
         return {"bounds": ("rdp",)} if c.accountant == "rdp" else {}
 
+    def check_rounds(self, rounds: int) -> None:
+        """One round trains one epoch, and σ is calibrated for ``epochs``: a run of more rounds
+        would spend more than eps2 (run_round refuses that epoch too, as a last guard)."""
+        if rounds > self.config.epochs:
+            raise ConfigError(
+                f"epochs {self.config.epochs}: one round trains one epoch and the noise is "
+                f"calibrated for {self.config.epochs}; {rounds} rounds would spend more than "
+                f"eps2 (give --epochs {rounds}, or --rounds {self.config.epochs} or fewer)"
+            )
+
     def shared(self) -> Shared:
         return Shared(self.config, self.public)
 
