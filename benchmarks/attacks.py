@@ -191,6 +191,7 @@ def parse(argv) -> object:
     ap.add_argument("--name", default=None, help="JSON name (default attacks-<dataset>)")
     ap.add_argument("--resume", action="store_true", help="keep the cells the JSON holds")
     ap.add_argument("--published", action="store_true", help="print the papers' figures, exit")
+    ap.add_argument("--dry-run", action="store_true", help="check the names, list the runs, exit")
     args = ap.parse_args(argv)
     explicit = {a.split("=")[0] for a in (argv if argv is not None else sys.argv[1:])}
     if args.quick:
@@ -249,6 +250,10 @@ def _main(argv) -> int:
         print(published_table())
         return 0
     check(args)
+    if args.dry_run:
+        cells = grid(args)
+        print(f"benchmarks.attacks: {len(cells)} runs on {args.dataset} (dry run: nothing started)")
+        return 0
     from cluster.runtime import start_or_join
     from data.registry import default_data_dir, load_dataset
 
