@@ -10,7 +10,9 @@ one stream per part, so the result is a deterministic function of the arguments)
 - **Popularity**: power law over a random ranking of the items, ``p_i ∝ (rank_i + 1)^(−a)``.
 - **Interactions**: user ``u`` draws ``n_u`` distinct items (``n_u`` log-normal around
   ``avg_interactions``, clipped to ``[max(2, avg/4), min(n_items, 4 avg)]``) without replacement
-  with probabilities ∝ ``p_i · exp(t_u · v_i / T)`` (Gumbel-top-k sampling).
+  with probabilities ∝ ``p_i · exp(t_u · v_i / T)`` (Gumbel-top-k sampling). A caller may give
+  the ``n_u`` instead (``interaction_counts``, e.g. a real dataset's degrees: benchmarks/scale.py);
+  ``avg_interactions`` is then unused.
 - **Sequences**: the drawn items are ordered by a noisy nearest-neighbour walk in taste space
   (next = argmax over unvisited j of ``v_prev · v_j / T_seq + Gumbel``), so consecutive items are
   close; timestamps increase along the walk (start uniform over a year, gaps 1 min + Exp(2 days)).
@@ -87,6 +89,16 @@ def _interaction_counts(
     sigma = 0.6
     raw = rng.lognormal(np.log(avg) - sigma**2 / 2, sigma, n_users)
     return np.clip(np.rint(raw), low, high).astype(np.int64)
+
+
+def _given_counts(counts, n_users: int, n_items: int) -> np.ndarray:
+    """``interaction_counts`` checked: one integer in ``1..n_items`` per user."""
+    counts = np.asarray(counts)
+    if counts.shape != (n_users,) or not np.issubdtype(counts.dtype, np.integer):
+        raise ValueError(f"interaction_counts must be {n_users} integers, one per user")
+    if counts.min() < 1 or counts.max() > n_items:
+        raise ValueError(f"interaction_counts must lie in 1..n_items={n_items}")
+    return counts.astype(np.int64)
 
 
 def _gumbel(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -223,7 +235,13 @@ def _social_links(rng: np.random.Generator, user_taste: np.ndarray) -> np.ndarra
 
 
 def _generate(
-    n_users: int, n_items: int, n_tags: int, dim: int, avg_interactions: int, seed: int
+    n_users: int,
+    n_items: int,
+    n_tags: int,
+    dim: int,
+    avg_interactions: int,
+    seed: int,
+    interaction_counts=None,
 ) -> tuple[RawData, dict[str, np.ndarray]]:
     n_users = _check_int(n_users, "n_users", 2)
     n_items = _check_int(n_items, "n_items", 2)
@@ -250,7 +268,10 @@ def _generate(
     popularity /= popularity.sum()
 
     rng = _rng(seed, 1)
-    n_per_user = _interaction_counts(rng, n_users, n_items, avg_interactions)
+    if interaction_counts is None:
+        n_per_user = _interaction_counts(rng, n_users, n_items, avg_interactions)
+    else:
+        n_per_user = _given_counts(interaction_counts, n_users, n_items)
     user, item = _draw_sequences(rng, user_taste, item_taste, np.log(popularity), n_per_user)
 
     rng = _rng(seed, 2)
@@ -276,6 +297,8 @@ def _generate(
         "avg_interactions": avg_interactions,
         "seed": seed,
     }
+    if interaction_counts is not None:  # recorded by their sum, not one by one
+        params["interaction_counts"] = f"given ({int(n_per_user.sum())} in all)"
     raw = RawData(
         name="synthetic",
         parts={
@@ -321,9 +344,11 @@ def synthetic_raw(
     dim: int = 8,
     avg_interactions: int = 30,
     seed: int = 0,
+    interaction_counts=None,
 ) -> RawData:
-    """The generated world's files-equivalent (all interactions pooled, before splitting)."""
-    return _generate(n_users, n_items, n_tags, dim, avg_interactions, seed)[0]
+    """The generated world's files-equivalent (all interactions pooled, before splitting).
+    ``interaction_counts``: each user's number of items (None: the log-normal model)."""
+    return _generate(n_users, n_items, n_tags, dim, avg_interactions, seed, interaction_counts)[0]
 
 
 def synthetic_world(
@@ -334,9 +359,12 @@ def synthetic_world(
     avg_interactions: int = 30,
     seed: int = 0,
     test_fraction: float = 0.2,
+    interaction_counts=None,
 ) -> SyntheticWorld:
     """The dataset of :func:`synthetic` together with its latent tastes, clusters and popularity."""
-    raw, truth = _generate(n_users, n_items, n_tags, dim, avg_interactions, seed)
+    raw, truth = _generate(
+        n_users, n_items, n_tags, dim, avg_interactions, seed, interaction_counts
+    )
     dataset = build_dataset(raw, split="random", seed=seed, test_fraction=test_fraction)
     return SyntheticWorld(dataset=dataset, **truth)
 
@@ -349,10 +377,12 @@ def synthetic(
     avg_interactions: int = 30,
     seed: int = 0,
     test_fraction: float = 0.2,
+    interaction_counts=None,
 ) -> RecDataset:
     """A synthetic :class:`RecDataset` (model in the module docstring) with every field filled
     and a per-user random split (:func:`data.splits.random_split` with ``seed``). Equal to
-    ``load_dataset("synthetic", seed=seed, test_fraction=test_fraction, n_users=..., ...)``."""
+    ``load_dataset("synthetic", seed=seed, test_fraction=test_fraction, n_users=..., ...)``;
+    ``interaction_counts``: each user's number of items, in place of the log-normal model."""
     return synthetic_world(
-        n_users, n_items, n_tags, dim, avg_interactions, seed, test_fraction
+        n_users, n_items, n_tags, dim, avg_interactions, seed, test_fraction, interaction_counts
     ).dataset
