@@ -18,12 +18,16 @@ from engine.report import read_rows
 pytestmark = pytest.mark.ray
 
 
+# fedmf runs on 4 host actors here (3 user hosts and the server's), the shape of FedLightGCN's on
+# 1 user host (its server, key server and matcher apart), so that the tests reuse the host actors
+# the one before left idle (cluster/runtime.py) instead of starting new processes; DGREC (users
+# only, on 1 host) comes last.
 def _settings(tmp_path, name, **kw):
     base = dict(
         protocol="fedmf",
         rounds=4,
         seed=3,
-        hosts=2,
+        hosts=3,
         out=str(tmp_path / name),
         params={"users_per_round": 12, "dim": 8, "eval_every": 1},
         progress=False,
@@ -105,6 +109,36 @@ def test_bad_checkpoints_are_named(tmp_path, capsys):
     assert "from the checkpoint" in capsys.readouterr().err
 
 
+def test_ctrl_c_names_the_round_and_the_resume(ray_local, tmp_path, monkeypatch):
+    """Ctrl-C during a run ends it with RunInterrupted (a KeyboardInterrupt) naming the round and
+    the run directory to resume, which then resumes from the last checkpoint."""
+    from engine.runner import RunInterrupted
+    from protocols.fedmf.protocol import FedMF
+
+    data = synthetic(n_users=20, n_items=30, seed=1)
+    real = FedMF.run_round
+
+    def interrupted_in_round_2(self, dep, rnd):
+        if rnd == 2:
+            raise KeyboardInterrupt
+        return real(self, dep, rnd)
+
+    monkeypatch.setattr(FedMF, "run_round", interrupted_in_round_2)
+    with pytest.raises(
+        RunInterrupted, match=r"interrupted in round 2; resume with --resume .*part"
+    ):
+        run(_settings(tmp_path, "part", checkpoint_every=1), data)
+    monkeypatch.setattr(FedMF, "run_round", real)
+    run_dir = next((tmp_path / "part").iterdir())
+    assert load_checkpoint(run_dir)["next_round"] == 2
+    # the hint works as printed: without --rounds the run goes on to its own planned 4 rounds
+    assert launch.main(["--resume", str(run_dir), "--no-progress"]) == 0
+    assert json.loads((run_dir / "summary.json").read_text())["rounds"] == 4
+    assert load_checkpoint(run_dir)["next_round"] == 4
+    with pytest.raises(CheckpointError, match="all 4 planned rounds are done"):
+        resume(run_dir, progress=False)
+
+
 def test_resumed_with_a_cooldown_equals_the_run_with_it_from_the_start(ray_local, tmp_path, capsys):
     """A step-size parameter changed on resume (DGREC's cooldown, from the round the run resumes
     at) gives the rounds a run configured so from the start makes; config.json records the
@@ -133,36 +167,6 @@ def test_resumed_with_a_cooldown_equals_the_run_with_it_from_the_start(ray_local
     assert record["settings"]["rounds"] == 4  # config.json records the new plan
     assert record["protocol_config"]["lr_cooldown_rounds"] == 3
     assert summarize(part_dir)["resumed_with"] == record["resumed_with"]
-
-
-def test_ctrl_c_names_the_round_and_the_resume(ray_local, tmp_path, monkeypatch):
-    """Ctrl-C during a run ends it with RunInterrupted (a KeyboardInterrupt) naming the round and
-    the run directory to resume, which then resumes from the last checkpoint."""
-    from engine.runner import RunInterrupted
-    from protocols.fedmf.protocol import FedMF
-
-    data = synthetic(n_users=20, n_items=30, seed=1)
-    real = FedMF.run_round
-
-    def interrupted_in_round_2(self, dep, rnd):
-        if rnd == 2:
-            raise KeyboardInterrupt
-        return real(self, dep, rnd)
-
-    monkeypatch.setattr(FedMF, "run_round", interrupted_in_round_2)
-    with pytest.raises(
-        RunInterrupted, match=r"interrupted in round 2; resume with --resume .*part"
-    ):
-        run(_settings(tmp_path, "part", hosts=1, checkpoint_every=1), data)
-    monkeypatch.setattr(FedMF, "run_round", real)
-    run_dir = next((tmp_path / "part").iterdir())
-    assert load_checkpoint(run_dir)["next_round"] == 2
-    # the hint works as printed: without --rounds the run goes on to its own planned 4 rounds
-    assert launch.main(["--resume", str(run_dir), "--no-progress"]) == 0
-    assert json.loads((run_dir / "summary.json").read_text())["rounds"] == 4
-    assert load_checkpoint(run_dir)["next_round"] == 4
-    with pytest.raises(CheckpointError, match="all 4 planned rounds are done"):
-        resume(run_dir, progress=False)
 
 
 @pytest.mark.parametrize(

@@ -107,9 +107,11 @@ def _run(tmp_path, name, protocol="fedmf", hosts=1, **conditions):
 def test_a_raising_user_fails_for_the_round_as_if_offline(ray_local, tmp_path):
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps({"user/3": [[0, 2], [3, ROUNDS]]}))
-    off_dir, offline = _run(tmp_path, "offline", trace=str(trace))
+    off_dir, offline = _run(tmp_path, "offline", hosts=2, trace=str(trace))
     rows_off = read_rows(off_dir)
-    for hosts in (1, 3):  # the same whatever the placement
+    # the same whatever the placement (2 user hosts, then 1: the first reuses the offline run's
+    # host actors, the second leaves its own for the next test, cluster/runtime.py)
+    for hosts in (2, 1):
         run_dir, summary = _run(tmp_path, f"raise{hosts}", f"{ME}:FlakyFedMF", hosts)
         rows = read_rows(run_dir)
         assert summary["status"] == "ok" and len(rows) == ROUNDS
