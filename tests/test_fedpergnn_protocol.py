@@ -46,10 +46,15 @@ def make(params, dataset=None, seed=3, cls=FedPerGNN):
     return cls(ds, build_config(cls.Config, {**BASE, **params}), seed=seed)
 
 
+# Every deployment in this file but the slow placement test's packs the users on one host: 4
+# hosts with the server's, the key server's and the matcher's. A released deployment's host actors
+# are reset and reused by the next one of the same shape; starting them (a Python process with
+# torch each) dominates the cost of these tests on a small machine.
+
+
 @pytest.fixture(scope="module")
 def shared_run():
-    """One tapped 2-round run (+ evaluation) shared by the scans below: actor start-up dominates
-    the cost of these tests on a small machine."""
+    """One tapped 2-round run (+ evaluation) shared by the scans below."""
     import os
 
     import ray
@@ -65,7 +70,7 @@ def shared_run():
         )
     ds = small_dataset()
     protocol = make({"clip": 1e-3, "laplace_scale": 10.0}, ds)
-    dep = deploy(protocol, "packed", 2, tap=True)
+    dep = deploy(protocol, "packed", 1, tap=True)
     try:
         initial = {u: dep.call(f"user/{u}", "get_embedding") for u in protocol.users}
         # round 1 is not an expansion round (epoch = ceil(10/4) = 3 rounds); evaluated after it
@@ -404,7 +409,7 @@ def test_tiny_run_beats_popularity(ray_local):
         },
         ds,
     )
-    dep = deploy(protocol, "packed", 2)
+    dep = deploy(protocol, "packed", 1)
     try:
         metrics = run_rounds(protocol, dep, 40, eval_every=0)[-1].metrics  # after round 39
     finally:

@@ -21,6 +21,10 @@ from protocols.verfedgnn.protocol import VerFedGNN
 pytestmark = pytest.mark.ray
 
 N_USERS, N_ITEMS = 12, 30
+# Every deployment below has 5 hosts (parties have no packable role: one host each): 3 parties,
+# the server and the PSI's key server, or 4 parties and the server without PSI. A released
+# deployment's host actors are reset and reused by the next one of the same shape, and starting
+# host actors (a Python process with torch each) is most of these tests' time.
 
 
 def small_dataset(seed=0, n_users=N_USERS, n_items=N_ITEMS, avg=10):
@@ -53,8 +57,8 @@ def _grad_sizes(tapped, round_):
     "params",
     [
         {"parties": 3, "psi": True, "psi_key_bits": 1024, "psi_extra_users": 3},
-        {"parties": 3, "psi": False, "gnn": "gat", "participation": 0.67, "projection": "none"},
-        {"parties": 3, "psi": False, "projection": "sparse"},
+        {"parties": 4, "psi": False, "gnn": "gat", "participation": 0.67, "projection": "none"},
+        {"parties": 4, "psi": False, "projection": "sparse"},
     ],
     ids=["gcn-psi", "gat-partial-noproj", "gcn-sparse"],
 )
@@ -106,6 +110,8 @@ def test_psi_and_iteration_bytes_equal_formula(ray_local, params):
         assert psi_rows == {"psi_intersection": 3 * wire.ids_size(N_USERS)}
         tokens = [m for m in dep.tapped if m.kind == "psi_tokens"]
         assert all(len(m.payload) == wire.blob_size(32 * (N_USERS + 3)) for m in tokens)
+    else:
+        assert not [r for r in dep.ledger.rows() if r["phase"].startswith("psi")]
 
 
 def _contains(payload: bytes, needle: bytes) -> bool:
@@ -200,13 +206,13 @@ def test_small_synthetic_run_beats_global_mean(ray_local):
 
 
 def test_laplace_option_sends_dense_noisy_gradients(ray_local):
-    proto, dep = make({"parties": 2, "psi": False, "mechanism": "laplace"}, tap=True)
+    proto, dep = make({"parties": 4, "psi": False, "mechanism": "laplace"}, tap=True)
     try:
         run_rounds(proto, dep, 1, eval_every=0, evaluate_last=False)
     finally:
         dep.close()
     grads = [m for m in dep.tapped if m.kind == "gradient"]
-    assert len(grads) == 2
+    assert len(grads) == 4
     for m in grads:
         g = wire.decode_dense(m.payload)
         assert g.shape == (proto.n_public,) and np.abs(g).max() > 0.5  # noise beyond the clip
@@ -220,7 +226,7 @@ def test_ternary_privacy_is_composed_by_the_accountant(ray_local):
     """k releases of a (0, δ₁)-DP ternary gradient compose to (0, k·δ₁): ε = 0 at privacy_delta
     while k·δ₁ fits in it, no finite ε once it does not (the default r: δ₁ = min(1, Δ₁/r) = 1)."""
     for r, want in [(1e12, 0.0), (3.0, math.inf)]:
-        proto, dep = make({"parties": 2, "psi": False, "ternary_r": r})
+        proto, dep = make({"parties": 4, "psi": False, "ternary_r": r})
         try:
             run_rounds(proto, dep, 2, eval_every=0, evaluate_last=False)
         finally:
