@@ -26,8 +26,8 @@ from benchmarks.common import (
     ArgumentParser,
     UsageError,
     check_dataset,
-    parse_key_values,
     run_main,
+    scoped_key_values,
     text_table,
     usage_errors,
     write_result,
@@ -210,13 +210,7 @@ def parse(argv) -> object:
         ("defence_param", "--defence-param"),
         ("set", "--set"),
     ):
-        nested: dict[str, dict] = {}
-        for key, value in parse_key_values(getattr(args, name), flag).items():
-            owner, dot, param = key.partition(".")
-            if not dot:
-                raise UsageError(f"{flag} {key}: expected NAME.key=value")
-            nested.setdefault(owner, {})[param] = value
-        setattr(args, name, nested)
+        setattr(args, name, scoped_key_values(getattr(args, name), flag, "expected NAME.key=value"))
     return args
 
 

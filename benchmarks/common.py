@@ -76,6 +76,19 @@ def parse_key_values(pairs: list[str], flag: str) -> dict:
     return out
 
 
+def scoped_key_values(pairs: list[str], flag: str, expect: str, owners=None) -> dict[str, dict]:
+    """``OWNER.key=value`` pairs (``--set dgrec.lr=0.01``, ``--attack-param fedrecattack.x=1``) as
+    ``{owner: {key: value}}``; a key without an owner, or with one not in ``owners`` (None: any), is
+    the UsageError ``"{flag} {key}: {expect}"``."""
+    out: dict[str, dict] = {}
+    for key, value in parse_key_values(pairs, flag).items():
+        owner, dot, name = key.partition(".")
+        if not dot or (owners is not None and owner not in owners):
+            raise UsageError(f"{flag} {key}: {expect}")
+        out.setdefault(owner, {})[name] = value
+    return out
+
+
 # --- the command line: a user's mistake is one line and exit status 2 ---------------------------
 class UsageError(SystemExit):
     """A mistake in a benchmark's command line or in the files it names. :func:`run_main` prints

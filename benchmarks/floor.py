@@ -46,6 +46,7 @@ from benchmarks.common import (
     check_dataset,
     parse_key_values,
     run_main,
+    scoped_key_values,
     shown_path,
     text_table,
     usage_errors,
@@ -424,12 +425,9 @@ def body(argv) -> int:
     for k in rounds_for:
         if k not in PROTOCOLS:
             raise UsageError(f"--rounds-for {k}: unknown protocol (known: {', '.join(PROTOCOLS)})")
-    overrides: dict[str, dict] = defaultdict(dict)
-    for key, value in parse_key_values(args.set, "--set").items():
-        label, dot, param = key.partition(".")
-        if not dot or label not in PROTOCOLS:
-            raise UsageError(f"--set {key}: expected PROTOCOL.KEY=VALUE")
-        overrides[label][param] = value
+    overrides = defaultdict(
+        dict, scoped_key_values(args.set, "--set", "expected PROTOCOL.KEY=VALUE", PROTOCOLS)
+    )
     datasets = args.datasets or (["synthetic"] if args.quick else ["ml-100k", "ciao"])
     for ds in datasets:
         if ds != "synthetic":

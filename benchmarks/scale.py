@@ -65,6 +65,7 @@ from benchmarks.common import (
     ArgumentParser,
     UsageError,
     run_main,
+    scoped_key_values,
     shown_path,
     text_table,
     usage_errors,
@@ -377,7 +378,6 @@ def plot(figures: dict, path: Path) -> None:
 
 # --- the command line ----------------------------------------------------------------------------
 def parse(argv):
-    from benchmarks.common import parse_key_values
 
     ap = ArgumentParser(PROG, __doc__.split("\n\n")[0])
     ap.add_argument("--protocol", "--protocols", dest="protocols", nargs="+", default=["fedmf"])
@@ -403,13 +403,9 @@ def parse(argv):
         raise UsageError("--users must be >= 10, --rounds and --hosts >= 1")
     if args.items is not None and args.items < 50:
         raise UsageError(f"--items {args.items}: must be >= 50")
-    by_protocol: dict[str, dict] = {}
-    for key, value in parse_key_values(args.set, "--set").items():
-        protocol, dot, name = key.partition(".")
-        if not dot or protocol not in args.protocols:
-            raise UsageError(f"--set {key}: expected PROTOCOL.key with a protocol of the sweep")
-        by_protocol.setdefault(protocol, {})[name] = value
-    args.set = by_protocol
+    args.set = scoped_key_values(
+        args.set, "--set", "expected PROTOCOL.key with a protocol of the sweep", args.protocols
+    )
     args.name = args.name or ("scale-quick" if args.quick else "scale")
     if "/" in args.name or args.name.startswith("."):
         raise UsageError(f"--name {args.name!r}: a file name")
