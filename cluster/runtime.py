@@ -13,6 +13,7 @@ import math
 import os
 import socket
 import sys
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -255,9 +256,11 @@ def host_cpu_share(count: int, cap: float = 1.0) -> float:
 @dataclass
 class PlacedActors:
     handles: list
-    group: object  # the placement group (kept so that it can be removed)
+    group: (
+        object  # the placement group (removed with the actors), or None: actors placed one by one
+    )
     make: object = None  # make(i) starts actor i in its bundle (used to replace a dead one)
-    key: tuple | None = None  # (class, count, resources, cluster) when the group may be reused
+    key: tuple | None = None  # (class, [count,] resources, cluster) when the actors may be reused
 
     def respawn(self, i: int):
         """Start a fresh actor ``i`` in the bundle of the one that died, with the same arguments."""
@@ -265,7 +268,7 @@ class PlacedActors:
         return self.handles[i]
 
     def release(self) -> None:
-        """Give the actors back: kept idle for the next :func:`spawn_spread` of the same shape
+        """Give the actors back: kept idle for the next :func:`spawn_spread` that can use them
         when their class can ``reset`` (starting an actor costs seconds: a Python process that
         imports torch), else killed with their placement group."""
         if self.key is not None and ray.is_initialized():
@@ -277,20 +280,27 @@ class PlacedActors:
         for h in self.handles:
             with contextlib.suppress(Exception):  # already dead
                 ray.kill(h)
-        with contextlib.suppress(Exception):
-            remove_placement_group(self.group)
+        if self.group is not None:
+            with contextlib.suppress(Exception):
+                remove_placement_group(self.group)
 
 
-# Idle groups of actors, kept between deployments of one driver (a comparison, a test session, a
-# tuning grid): a deployment of the same shape resets one instead of starting new processes. At
-# most MAX_IDLE_ACTORS are kept (the oldest go first), and all are killed when a new placement
-# group would not fit beside them, so idle actors never hold resources a deployment waits for.
+# Idle actors, kept between deployments of one driver (a comparison, a test session, a tuning
+# grid): a deployment resets them instead of starting new processes. On a cluster of several
+# nodes a placement group is reused whole by a deployment of the same shape; on one node (where
+# spreading means nothing) actors are placed one by one and parked one by one, so a deployment
+# of any size takes whichever idle actors ask for the resources it asks for and starts only the
+# rest. At most MAX_IDLE_ACTORS are kept (the oldest go first), and idle actors are killed when
+# new ones would not fit beside them, so they never hold resources a deployment waits for.
 _IDLE: list[PlacedActors] = []
 MAX_IDLE_ACTORS = 8
 
 
 def _park(placed: PlacedActors) -> None:
-    _IDLE.append(placed)
+    if placed.group is None:  # one by one, in their order (reused in the same order)
+        _IDLE.extend(PlacedActors([h], None, None, placed.key) for h in placed.handles)
+    else:
+        _IDLE.append(placed)
     while sum(len(p.handles) for p in _IDLE) > MAX_IDLE_ACTORS:
         _kill_idle(_IDLE.pop(0))
 
@@ -314,7 +324,7 @@ def _reuse(key: tuple, args_for) -> PlacedActors | None:
     """An idle group of shape ``key``, its actors reset with ``args_for``'s arguments; None
     when there is none (or one of its actors has died: then all of them are killed)."""
     for j in range(len(_IDLE) - 1, -1, -1):
-        if _IDLE[j].key == key:
+        if _IDLE[j].key == key and _IDLE[j].group is not None:
             placed = _IDLE.pop(j)
             break
     else:
@@ -331,10 +341,38 @@ def _reuse(key: tuple, args_for) -> PlacedActors | None:
     return placed
 
 
+def _reuse_solo(key: tuple, count: int, args_for) -> list:
+    """Up to ``count`` idle one-by-one actors of ``key`` (the most recently parked, in their
+    parking order), reset with the arguments of positions 0, 1, ...; an actor that does not come
+    back from its reset (dead, stuck) is killed and its position left None."""
+    taken: list[PlacedActors] = []
+    for j in range(len(_IDLE) - 1, -1, -1):
+        if len(taken) == count:
+            break
+        if _IDLE[j].key == key and _IDLE[j].group is None:
+            taken.append(_IDLE.pop(j))
+    handles = [p.handles[0] for p in reversed(taken)]
+    calls = [h.reset.remote(*args_for(i)[0], **args_for(i)[1]) for i, h in enumerate(handles)]
+    out: list = []
+    for h, call in zip(handles, calls):
+        try:
+            ray.get(call, timeout=120)
+            out.append(h)
+        except Exception:  # noqa: BLE001 — a dead or stuck idle actor: start afresh
+            with contextlib.suppress(Exception):
+                ray.kill(h)
+            out.append(None)
+    return out
+
+
+def _fits(bundle: dict, count: int) -> bool:
+    free = ray.available_resources()
+    return all(free.get(r, 0.0) >= amount * count - 1e-9 for r, amount in bundle.items())
+
+
 def _make_room(bundle: dict, count: int) -> None:
     """Kill the idle actors when ``count`` bundles would not fit in what the cluster has free."""
-    free = ray.available_resources()
-    if any(free.get(r, 0.0) < amount * count - 1e-9 for r, amount in bundle.items()):
+    if not _fits(bundle, count):
         drain_idle()
 
 
@@ -342,10 +380,11 @@ def spawn_spread(
     actor_cls, count: int, *, num_cpus: float, num_gpus: float, args_for=lambda i: ((), {})
 ) -> PlacedActors:
     """Start ``count`` actors of ``actor_cls`` (a plain class), each with ``num_cpus``/``num_gpus``
-    (fractions allowed), spread over the cluster's nodes with a SPREAD placement group. An actor
-    class with a ``reset`` method (same arguments as its constructor, the same state as a fresh
-    actor after it) is reused: the group released last, when of the same shape, is reset
-    instead of started.
+    (fractions allowed), spread over the cluster's nodes with a SPREAD placement group (on a
+    one-node cluster each actor is placed on its own). An actor class with a ``reset`` method
+    (same arguments as its constructor, the same state as a fresh actor after it) is reused: on
+    several nodes the group released last, when of the same shape, is reset instead of started;
+    on one node any idle actors that ask for the same resources are, and only the rest start.
 
     ``args_for(i)`` gives the constructor's ``(args, kwargs)`` for actor ``i``."""
     if count < 1:
@@ -353,13 +392,13 @@ def spawn_spread(
     if num_cpus <= 0 and num_gpus <= 0:
         raise ValueError("an actor must ask for some CPU or GPU")
     reusable = callable(getattr(actor_cls, "reset", None))
-    key = (
-        f"{actor_cls.__module__}.{actor_cls.__qualname__}",
-        count,
-        num_cpus,
-        num_gpus,
-        _cluster_id(),
-    )
+    name = f"{actor_cls.__module__}.{actor_cls.__qualname__}"
+    if len([n for n in ray.nodes() if n.get("Alive")]) == 1:
+        key = (name, num_cpus, num_gpus, _cluster_id())
+        return _spawn_solo(
+            actor_cls, count, num_cpus, num_gpus, args_for, key if reusable else None
+        )
+    key = (name, count, num_cpus, num_gpus, _cluster_id())
     placed = _reuse(key, args_for) if reusable else None
     if placed is None:
         placed = _spawn(actor_cls, count, num_cpus, num_gpus, args_for)
@@ -367,6 +406,36 @@ def spawn_spread(
         placed.make = _maker(actor_cls, placed.group, num_cpus, num_gpus, args_for)
     placed.key = key if reusable else None
     return placed
+
+
+def _spawn_solo(actor_cls, count, num_cpus, num_gpus, args_for, key) -> PlacedActors:
+    """``count`` actors on a one-node cluster, each placed on its own: idle ones of ``key``
+    reset, the rest started (after killing other idle actors if they would not fit)."""
+    handles = _reuse_solo(key, count, args_for) if key is not None else []
+    handles += [None] * (count - len(handles))
+    missing = handles.count(None)
+    bundle = {"CPU": num_cpus} | ({"GPU": num_gpus} if num_gpus > 0 else {})
+    if missing:
+        _make_room(bundle, missing)
+        deadline = time.monotonic() + 120  # a killed actor's resources come back in a moment
+        while not _fits(bundle, missing):
+            if time.monotonic() > deadline:
+                for h in handles:
+                    with contextlib.suppress(Exception):
+                        ray.kill(h)
+                _no_room(count, bundle)
+            time.sleep(0.1)
+    make = _maker(actor_cls, None, num_cpus, num_gpus, args_for)
+    handles = [h if h is not None else make(i) for i, h in enumerate(handles)]
+    return PlacedActors(handles, None, make, key)
+
+
+def _no_room(count: int, bundle: dict):
+    res = ray.cluster_resources()
+    raise RuntimeError(
+        f"cannot place {count} hosts of {bundle}: the cluster has {res.get('CPU', 0)} CPUs and "
+        f"{res.get('GPU', 0)} GPUs (lower --hosts or --gpus-per-host)"
+    )
 
 
 def _spawn(actor_cls, count: int, num_cpus: float, num_gpus: float, args_for) -> PlacedActors:
@@ -379,27 +448,25 @@ def _spawn(actor_cls, count: int, num_cpus: float, num_gpus: float, args_for) ->
     ready, _ = ray.wait([group.ready()], timeout=120)
     if not ready:
         remove_placement_group(group)
-        res = ray.cluster_resources()
-        raise RuntimeError(
-            f"cannot place {count} hosts of {bundle}: the cluster has {res.get('CPU', 0)} CPUs and "
-            f"{res.get('GPU', 0)} GPUs (lower --hosts or --gpus-per-host)"
-        )
+        _no_room(count, bundle)
     make = _maker(actor_cls, group, num_cpus, num_gpus, args_for)
     return PlacedActors([make(i) for i in range(count)], group, make)
 
 
 def _maker(actor_cls, group, num_cpus: float, num_gpus: float, args_for):
-    """make(i): a new actor ``i`` of ``actor_cls`` in bundle i of ``group``."""
+    """make(i): a new actor ``i`` of ``actor_cls`` in bundle i of ``group`` (with no group:
+    wherever its resources are free)."""
     remote_cls = ray.remote(actor_cls)
 
     def make(i: int):
         args, kwargs = args_for(i)
-        return remote_cls.options(
-            num_cpus=num_cpus,
-            num_gpus=num_gpus,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
+        where = {}
+        if group is not None:
+            where["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                 placement_group=group, placement_group_bundle_index=i
-            ),
-        ).remote(*args, **kwargs)
+            )
+        return remote_cls.options(num_cpus=num_cpus, num_gpus=num_gpus, **where).remote(
+            *args, **kwargs
+        )
 
     return make

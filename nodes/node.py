@@ -67,13 +67,26 @@ class Node:
             )
         self.id = nid
         self.ctx = ctx
-        self.rng = np.random.default_rng(node_seed(ctx.seed, nid))
+        self._rng: np.random.Generator | None = None  # made at first use (see rng)
         self.round = -1
         self.phase = ""
         self._outbox: list[Message] = []
         self._reports: dict[str, list[float]] = defaultdict(list)
 
     # --- what a handler may do ------------------------------------------------------------------
+    @property
+    def rng(self) -> np.random.Generator:
+        """This node's RNG, seeded from ``(seed, node id)`` alone. Made at its first use: a node
+        that never draws (an echo client, a relay) carries none, which keeps its memory and the
+        per-round copy of its state (the host's rollback) small; the stream is the same."""
+        if self._rng is None:
+            self._rng = np.random.default_rng(node_seed(self.ctx.seed, self.id))
+        return self._rng
+
+    @rng.setter
+    def rng(self, value: np.random.Generator) -> None:
+        self._rng = value
+
     @property
     def device(self) -> torch.device:
         return self.ctx.device

@@ -7,10 +7,9 @@ placement and the Recall@20 comparison are ``slow`` (more actors, a bigger run).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
+from conftest import start_test_ray
 
 from cluster import wire
 from data.synthetic import synthetic
@@ -73,17 +72,7 @@ def dropout_runs():
     """The same run packed on 1 host (tapped and inspected) and on 2 hosts: actor start-up
     dominates these tests, so they share the runs (and the killed-host test below reuses the
     packed2 run's 5 host actors, cluster/runtime.py)."""
-    import ray
-
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    if not ray.is_initialized():
-        ray.init(
-            address="local",
-            num_cpus=4,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level="ERROR",
-        )
+    start_test_ray()
     return {"packed1": drive("packed", 1, inspect=True), "packed2": drive("packed", 2)}
 
 

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import ray.cloudpickle
+from conftest import start_test_ray
 
 from cluster.message import node_id
 from data.synthetic import synthetic
@@ -50,16 +51,7 @@ def _fedmf(tmp_path, name, conditions, rounds=ROUNDS, **kw):
 def undisturbed(tmp_path_factory):
     """fedmf on the synthetic world, ROUNDS rounds, 2 user hosts (hosts 0, 1) and the server
     (host 2)."""
-    import ray
-
-    if not ray.is_initialized():
-        ray.init(
-            address="local",
-            num_cpus=4,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level="ERROR",
-        )
+    start_test_ray()
     return _fedmf(tmp_path_factory.mktemp("faults"), "calm", Conditions())[1]
 
 

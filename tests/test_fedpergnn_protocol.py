@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import start_test_ray
 
 from cluster import wire
 from cluster.message import Message, index_of
@@ -55,19 +56,7 @@ def make(params, dataset=None, seed=3, cls=FedPerGNN):
 @pytest.fixture(scope="module")
 def shared_run():
     """One tapped 2-round run (+ evaluation) shared by the scans below."""
-    import os
-
-    import ray
-
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    if not ray.is_initialized():
-        ray.init(
-            address="local",
-            num_cpus=4,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level="ERROR",
-        )
+    start_test_ray()
     ds = small_dataset()
     protocol = make({"clip": 1e-3, "laplace_scale": 10.0}, ds)
     dep = deploy(protocol, "packed", 1, tap=True)
