@@ -129,7 +129,9 @@ def dense(
     arr = decoded(wire.decode_dense, payload)
     if floats and arr.dtype.kind != "f":
         raise Invalid("malformed", f"{what}: dtype {arr.dtype}, expected floats")
-    return finite(shaped(arr, shape, what), what, cap)
+    finite(shaped(arr, shape, what), what, cap)
+    wire.keep_decoded(payload, arr)  # the receiver's own decode takes it (no second decode)
+    return arr
 
 
 def ids(
