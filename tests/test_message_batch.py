@@ -29,7 +29,7 @@ def test_broadcast_payload_stored_once():
 @given(st.binary(max_size=200))
 def test_random_bytes_raise_batch_error(junk):
     with pytest.raises(BatchError):
-        decode_batch(b"PRB1" + junk if len(junk) % 2 else junk)
+        decode_batch(b"PRB2" + junk if len(junk) % 2 else junk)
 
 
 def test_truncations_raise_batch_error():

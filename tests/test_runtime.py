@@ -103,6 +103,32 @@ def test_unknown_destination_is_a_clear_error(ray_local):
         dep.close()
 
 
+def test_a_bigger_deployment_reuses_every_idle_actor_and_starts_only_the_rest(ray_local):
+    """On one node idle host actors are parked one by one: a deployment of 3 hosts after one of 2
+    resets those 2 (in their order) and starts a single new process; one of 1 after it takes one
+    of the 3; the ring's results are the same on each."""
+    from cluster.runtime import drain_idle
+
+    def one_run(hosts):
+        dep = Deployment(ring_specs(6), seed=7, placement="packed", hosts=hosts)
+        try:
+            pids = [i["pid"] for i in dep.host_info()]
+            reports = [dep.superstep(r, "pass", activate=["user"]).reports for r in range(2)]
+            return pids, reports, dep.ledger.rows()
+        finally:
+            dep.close()
+
+    drain_idle()
+    two, *ring2 = one_run(2)
+    three, *ring3 = one_run(3)
+    one, *ring1 = one_run(1)
+    assert len(set(two)) == 2 and len(set(three)) == 3
+    assert three[:2] == two  # the two idle actors, reset, in their order; one new process
+    assert one[0] in three
+    assert ring2[0] == ring3[0] == ring1[0]  # what the nodes report does not depend on placement
+    drain_idle()
+
+
 def test_mean_report_is_order_independent():
     vals = [0.1, 1e16, -1e16, 0.2] * 10
     assert mean_report({"x": vals}, "x") == mean_report({"x": list(reversed(vals))}, "x")
