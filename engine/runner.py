@@ -27,7 +27,6 @@ from engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from engine.figures import is_number, main_metric
 from engine.loop import rounds
 from engine.report import RunReport, dataset_record, new_run_dir, privacy_row
-from models.baselines import trivial_baselines
 from nodes.conditions import Conditions
 from nodes.deployment import (
     Deployment,
@@ -458,6 +457,8 @@ def _stop(
 def _drive(
     settings, config, protocol, dataset, dep, report, run_dir, start, metrics, elapsed, totals
 ):
+    from models.baselines import trivial_baselines  # (torch: imported only when a run reports)
+
     t_start = time.perf_counter() - elapsed
     current = start
     sim_total = totals.get("sim_seconds", 0.0)

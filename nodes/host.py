@@ -14,6 +14,7 @@ import gc
 import io
 import os
 import pickle
+import sys
 import time
 import traceback
 from collections import defaultdict
@@ -21,7 +22,6 @@ from collections import defaultdict
 import numpy as np
 import ray
 import ray.cloudpickle as cloudpickle
-import torch
 
 from cluster import wire
 from cluster.ledger import Ledger, is_eval_phase
@@ -29,23 +29,36 @@ from cluster.message import Message, decode_batch, encode_batch, role_of
 from cluster.validate import screen
 from nodes.node import Node, NodeContext, Shared
 
+# torch is imported by the protocol's own modules when they need it (the node specs a host
+# unpickles import them), not by the host: a protocol that never uses torch (echo) keeps it out of
+# its host processes (about 180 MiB each).
 
-def _pick_device() -> tuple[torch.device, list]:
+
+def _pick_device() -> tuple:
+    """(the nodes' device, this actor's GPU ids): a GPU share when Ray gave one, else "cpu" (made
+    a torch.device when a node first asks, :class:`nodes.node.NodeContext`)."""
     gpu_ids = ray.get_gpu_ids() if ray.is_initialized() else []
-    if gpu_ids and torch.cuda.is_available():
-        return torch.device("cuda", 0), gpu_ids  # Ray sets CUDA_VISIBLE_DEVICES to our share
-    return torch.device("cpu"), gpu_ids
+    if gpu_ids:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.device("cuda", 0), gpu_ids  # Ray sets CUDA_VISIBLE_DEVICES to our share
+    return "cpu", gpu_ids
 
 
-def _tensor_from_numpy(array, requires_grad: bool) -> torch.Tensor:
+def _tensor_from_numpy(array, requires_grad: bool):
+    import torch
+
     t = torch.from_numpy(array)
     return t.requires_grad_() if requires_grad else t
 
 
-def _reduce_tensor(t: torch.Tensor):
+def _reduce_tensor(t):
     """A whole, contiguous CPU tensor pickles as its numpy array (about 4x faster than torch's own
     reduction for the thousands of small per-user tensors of a host); views, sparse and GPU tensors,
     bfloat16 and tensors inside an autograd graph keep torch's reduction."""
+    import torch
+
     dense = t.layout == torch.strided and t.device.type == "cpu" and t.dtype != torch.bfloat16
     if dense and t.grad_fn is None and t.is_contiguous() and t.storage_offset() == 0:
         if t.untyped_storage().nbytes() == t.numel() * t.element_size():
@@ -53,8 +66,18 @@ def _reduce_tensor(t: torch.Tensor):
     return t.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
 
 
-_DISPATCH = copyreg.dispatch_table.copy()
-_DISPATCH[torch.Tensor] = _reduce_tensor
+_DISPATCH: dict | None = None  # copyreg's table plus _reduce_tensor, once torch is loaded
+
+
+def _dispatch() -> dict:
+    global _DISPATCH
+    torch = sys.modules.get("torch")
+    if torch is None:  # no tensor can exist in this process
+        return copyreg.dispatch_table
+    if _DISPATCH is None:
+        _DISPATCH = copyreg.dispatch_table.copy()
+        _DISPATCH[torch.Tensor] = _reduce_tensor
+    return _DISPATCH
 
 
 def dumps_state(state) -> bytes:
@@ -62,7 +85,7 @@ def dumps_state(state) -> bytes:
     the standard pickler cannot take (e.g. a lambda)."""
     buf = io.BytesIO()
     pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
-    pickler.dispatch_table = _DISPATCH
+    pickler.dispatch_table = _dispatch()
     try:
         pickler.dump(state)
     except (pickle.PicklingError, TypeError, AttributeError):
@@ -118,16 +141,20 @@ def class_batches(nodes: dict[str, Node], active) -> list[tuple[type, list[str]]
     return sorted(by_class.items(), key=lambda kv: kv[0].__name__)
 
 
-# torch's global RNG as a fresh process has it (its default seed): a reset host restores it, so
-# a reused actor computes what a new one would even where a model draws from the global RNG
-_FRESH_TORCH_RNG = torch.get_rng_state()
+# The seed of torch's global RNG in this process (drawn when torch was loaded; it differs between
+# processes): a reset host puts the RNG back in the state that seed gives, which is the state torch
+# was loaded with, so a reused actor computes what a new one would even where a model draws from
+# the global RNG. Read by the first host call that finds torch loaded (draws do not change it).
+_FRESH_TORCH_SEED: int | None = None
 
 
 class Host:
     def __init__(self, index: int, seed: int, shared: Shared, num_cpus: float, conditions=None):
         self.index = index
         self.device, self.gpu_ids = _pick_device()
-        torch.set_num_threads(max(1, int(round(num_cpus))))
+        self.threads = max(1, int(round(num_cpus)))  # torch's intra-op threads
+        self._torch_ready = False
+        self._torch_loaded()
         self.ctx = NodeContext(seed, self.device, shared, conditions)
         self.nodes: dict[str, Node] = {}
         self.route: dict[str, int] = {}
@@ -141,9 +168,23 @@ class Host:
         """Become the fresh host the constructor makes with these arguments (cluster.runtime
         reuses an idle host actor rather than start a new process): no node, no mail, torch's
         global RNG as at start."""
-        torch.set_rng_state(_FRESH_TORCH_RNG)
+        if _FRESH_TORCH_SEED is not None:
+            torch = sys.modules["torch"]
+            torch.set_rng_state(torch.Generator().manual_seed(_FRESH_TORCH_SEED).get_state())
         self.__init__(index, seed, shared, num_cpus, conditions)
         gc.collect()
+
+    def _torch_loaded(self) -> None:
+        """Once torch is loaded in this process: give it this host's thread count and remember
+        its RNG's seed (once a process, see _FRESH_TORCH_SEED)."""
+        global _FRESH_TORCH_SEED
+        if self._torch_ready or "torch" not in sys.modules:
+            return
+        torch = sys.modules["torch"]
+        if _FRESH_TORCH_SEED is None:
+            _FRESH_TORCH_SEED = torch.initial_seed()
+        torch.set_num_threads(self.threads)
+        self._torch_ready = True
 
     # --- set-up (not protocol traffic: this is where each participant's own data comes from) ----
     def add_nodes(self, specs: bytes | list[tuple[type, str, dict]]) -> int:
@@ -152,7 +193,8 @@ class Host:
         numpy arrays that Ray passes as arguments are read-only views of its object store, which
         torch warns about when a node makes tensors of them."""
         if isinstance(specs, (bytes, bytearray)):
-            specs = pickle.loads(specs)
+            specs = pickle.loads(specs)  # imports the protocol's modules (and torch if they do)
+        self._torch_loaded()
         for cls, nid, kwargs in specs:
             if nid in self.nodes:
                 raise ValueError(f"node {nid} is already on host {self.index}")
@@ -177,6 +219,7 @@ class Host:
     def restore(self, blob: bytes, keep_mail: bool = True) -> int:
         """Put a :meth:`snapshot` back; ``keep_mail=False`` (recovery after a fault) discards the
         snapshot's undelivered local mail, which belongs to an earlier round."""
+        self._torch_loaded()
         state = pickle.loads(blob)
         if sorted(state["nodes"]) != sorted(self.nodes):
             raise ValueError(f"host {self.index}: the checkpoint holds other nodes than this host")
@@ -194,7 +237,9 @@ class Host:
             "node_id": ray.get_runtime_context().get_node_id(),
             "gpu_ids": [str(g) for g in self.gpu_ids],
             "device": str(self.device),
-            "torch_threads": torch.get_num_threads(),
+            "torch_threads": sys.modules["torch"].get_num_threads()
+            if "torch" in sys.modules
+            else self.threads,  # what torch gets when a protocol loads it
             "nodes": len(self.nodes),
         }
 
@@ -204,6 +249,7 @@ class Host:
     ) -> dict:
         """Run one superstep (see :meth:`_step`); a dense payload that a receiver's check decoded
         is handed to its handler's decode rather than decoded twice (cluster.wire.handover)."""
+        self._torch_loaded()
         with wire.handover():
             return self._step(round_, phase, activate, tap, ctrl, *batches)
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections import defaultdict
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from cluster.message import Message, role_of
+
+if TYPE_CHECKING:
+    import torch
 
 
 def node_seed(seed: int, nid: str) -> int:
@@ -44,13 +46,23 @@ class NodeContext:
     """What the host gives every node it carries: the run's seed, the compute device, the
     protocol's :class:`Shared` records and the run conditions."""
 
-    def __init__(self, seed: int, device: torch.device, shared: Shared, conditions=None):
+    def __init__(self, seed: int, device, shared: Shared, conditions=None):
         from nodes.conditions import Conditions
 
         self.seed = seed
-        self.device = device
+        self._device = (
+            device  # a torch.device, or its name (made one at first use: torch loads then)
+        )
         self.shared = shared
         self.conditions = conditions if conditions is not None else Conditions()
+
+    @property
+    def device(self) -> torch.device:
+        if isinstance(self._device, str):
+            import torch
+
+            self._device = torch.device(self._device)
+        return self._device
 
 
 class Node:
@@ -122,6 +134,8 @@ class Node:
 
     def torch_generator(self) -> torch.Generator:
         """A CPU torch generator seeded from this node's RNG stream (draws advance the stream)."""
+        import torch
+
         return torch.Generator().manual_seed(int(self.rng.integers(0, 2**63 - 1)))
 
     def send(self, kind: str, dst: str, payload: bytes) -> None:
