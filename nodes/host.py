@@ -237,6 +237,7 @@ class Host:
             "node_id": ray.get_runtime_context().get_node_id(),
             "gpu_ids": [str(g) for g in self.gpu_ids],
             "device": str(self.device),
+            "torch_loaded": "torch" in sys.modules,
             "torch_threads": sys.modules["torch"].get_num_threads()
             if "torch" in sys.modules
             else self.threads,  # what torch gets when a protocol loads it

@@ -129,6 +129,29 @@ def test_a_bigger_deployment_reuses_every_idle_actor_and_starts_only_the_rest(ra
     drain_idle()
 
 
+def test_a_protocol_without_torch_keeps_it_out_of_its_hosts(ray_local):
+    """Echo never imports torch: its host processes (fresh ones, after every idle actor is
+    killed) do not load it (about 180 MiB a process); a node that asks for its device gets one."""
+    from cluster.runtime import drain_idle
+    from data.synthetic import synthetic
+    from engine import deploy, rounds
+    from protocols.base import build_config
+    from protocols.echo import Echo
+
+    drain_idle()
+    protocol = Echo(synthetic(n_users=6, seed=0), build_config(Echo.Config, {"dim": 4}), 0)
+    dep = deploy(protocol, "packed", 2)
+    try:
+        done = list(rounds(protocol, dep, 2, eval_every=0, evaluate_last=False))
+        info = dep.host_info()
+    finally:
+        dep.close()
+        drain_idle()
+    assert [r.train["uploads"] for r in done] == [6, 6]
+    assert [i["torch_loaded"] for i in info] == [False, False, False]
+    assert all(i["device"] == "cpu" and i["torch_threads"] == 1 for i in info)
+
+
 def test_mean_report_is_order_independent():
     vals = [0.1, 1e16, -1e16, 0.2] * 10
     assert mean_report({"x": vals}, "x") == mean_report({"x": list(reversed(vals))}, "x")
