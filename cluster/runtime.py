@@ -256,9 +256,8 @@ def host_cpu_share(count: int, cap: float = 1.0) -> float:
 @dataclass
 class PlacedActors:
     handles: list
-    group: (
-        object  # the placement group (removed with the actors), or None: actors placed one by one
-    )
+    # the placement group (removed with the actors), or None: actors placed one by one
+    group: object
     make: object = None  # make(i) starts actor i in its bundle (used to replace a dead one)
     key: tuple | None = None  # (class, [count,] resources, cluster) when the actors may be reused
 
@@ -352,7 +351,10 @@ def _reuse_solo(key: tuple, count: int, args_for) -> list:
         if _IDLE[j].key == key and _IDLE[j].group is None:
             taken.append(_IDLE.pop(j))
     handles = [p.handles[0] for p in reversed(taken)]
-    calls = [h.reset.remote(*args_for(i)[0], **args_for(i)[1]) for i, h in enumerate(handles)]
+    calls = []
+    for i, h in enumerate(handles):
+        args, kwargs = args_for(i)
+        calls.append(h.reset.remote(*args, **kwargs))
     out: list = []
     for h, call in zip(handles, calls):
         try:
@@ -414,7 +416,7 @@ def _spawn_solo(actor_cls, count, num_cpus, num_gpus, args_for, key) -> PlacedAc
     handles = _reuse_solo(key, count, args_for) if key is not None else []
     handles += [None] * (count - len(handles))
     missing = handles.count(None)
-    bundle = {"CPU": num_cpus} | ({"GPU": num_gpus} if num_gpus > 0 else {})
+    bundle = _bundle(num_cpus, num_gpus)
     if missing:
         _make_room(bundle, missing)
         deadline = time.monotonic() + 120  # a killed actor's resources come back in a moment
@@ -438,10 +440,13 @@ def _no_room(count: int, bundle: dict):
     )
 
 
+def _bundle(num_cpus: float, num_gpus: float) -> dict:
+    """What one actor asks for, as a placement-group bundle (no GPU key without a GPU share)."""
+    return {"CPU": num_cpus} | ({"GPU": num_gpus} if num_gpus > 0 else {})
+
+
 def _spawn(actor_cls, count: int, num_cpus: float, num_gpus: float, args_for) -> PlacedActors:
-    bundle = {"CPU": num_cpus}
-    if num_gpus > 0:
-        bundle["GPU"] = num_gpus
+    bundle = _bundle(num_cpus, num_gpus)
     if _IDLE:
         _make_room(bundle, count)
     group = placement_group([dict(bundle) for _ in range(count)], strategy="SPREAD")

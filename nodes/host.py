@@ -231,16 +231,16 @@ class Host:
         return len(self.local_inbox)
 
     def info(self) -> dict:
+        torch = sys.modules.get("torch")
         return {
             "index": self.index,
             "pid": os.getpid(),
             "node_id": ray.get_runtime_context().get_node_id(),
             "gpu_ids": [str(g) for g in self.gpu_ids],
             "device": str(self.device),
-            "torch_loaded": "torch" in sys.modules,
-            "torch_threads": sys.modules["torch"].get_num_threads()
-            if "torch" in sys.modules
-            else self.threads,  # what torch gets when a protocol loads it
+            "torch_loaded": torch is not None,
+            # without torch: the count it gets when a protocol loads it
+            "torch_threads": torch.get_num_threads() if torch is not None else self.threads,
             "nodes": len(self.nodes),
         }
 

@@ -50,9 +50,8 @@ class NodeContext:
         from nodes.conditions import Conditions
 
         self.seed = seed
-        self._device = (
-            device  # a torch.device, or its name (made one at first use: torch loads then)
-        )
+        # a torch.device, or its name (made one at first use: torch is imported then)
+        self._device = device
         self.shared = shared
         self.conditions = conditions if conditions is not None else Conditions()
 
