@@ -242,18 +242,31 @@ def peek_tag(b: bytes | bytearray | memoryview) -> str:
 # --------------------------------------------------------------------------- dense tensor
 
 
+_CODE_OF: dict[Any, int] = {}  # dtype argument -> wire code, for the arguments seen so far
+
+
 def _dense_code(dtype: Any) -> int:
+    try:
+        return _CODE_OF[dtype]
+    except (KeyError, TypeError):  # not seen yet, or unhashable
+        pass
     text = str(dtype)
     if text.startswith("torch."):  # torch.float16 -> "float16"
-        dtype = text[len("torch.") :]
+        dtype_name = text[len("torch.") :]
+    else:
+        dtype_name = dtype
     try:
-        name = np.dtype(dtype).name
+        name = np.dtype(dtype_name).name
     except TypeError as exc:
         raise ValueError(f"dense tensor: unknown wire dtype {dtype!r}") from exc
     if name not in _DTYPE_CODE:
         raise ValueError(
             f"dense tensor: wire dtype {name!r} not supported; use one of {sorted(_DTYPE_CODE)}"
         )
+    try:
+        _CODE_OF[dtype] = _DTYPE_CODE[name]
+    except TypeError:
+        pass
     return _DTYPE_CODE[name]
 
 
@@ -289,6 +302,10 @@ def _cast_for_wire(arr: np.ndarray, target: np.dtype) -> np.ndarray:
         return np.ascontiguousarray(arr, dtype=target)
 
 
+# the dense header for each ndim: tag, dtype code, ndim, shape
+_DENSE_HEAD = [struct.Struct(f"<BBB{n}I") for n in range(MAX_NDIM + 1)]
+
+
 def encode_dense(array: Any, dtype: Any = "float32") -> bytes:
     """Encode a numpy array or torch tensor (any device) as a dense tensor of wire ``dtype``."""
     code = _dense_code(dtype)
@@ -298,8 +315,11 @@ def encode_dense(array: Any, dtype: Any = "float32") -> bytes:
         raise ValueError(f"dense tensor: ndim {arr.ndim} exceeds {MAX_NDIM}")
     if any(d > _U32_MAX for d in arr.shape):
         raise ValueError(f"dense tensor: dimension of shape {arr.shape} exceeds u32")
-    data = _cast_for_wire(arr, wire_dtype)
-    head = struct.pack(f"<BBB{arr.ndim}I", TAG_DENSE, code, arr.ndim, *arr.shape)
+    if arr.dtype == wire_dtype and arr.flags.c_contiguous:
+        data = arr  # already the wire's bytes: no cast, no check to make
+    else:
+        data = _cast_for_wire(arr, wire_dtype)
+    head = _DENSE_HEAD[arr.ndim].pack(TAG_DENSE, code, arr.ndim, *arr.shape)
     return b"".join([head, data.reshape(-1).view(np.uint8)])
 
 
@@ -328,12 +348,33 @@ def keep_decoded(payload: Any, arr: np.ndarray) -> None:
         _HANDOVER[id(payload)] = (payload, arr)
 
 
+def _decode_dense_fast(b: bytes) -> np.ndarray | None:
+    """decode_dense of a well-formed, non-empty dense payload; None where anything is unusual
+    (the full decoder then says what)."""
+    if len(b) < 3 or b[0] != TAG_DENSE or b[1] not in DENSE_DTYPES or b[2] > MAX_NDIM:
+        return None
+    ndim = b[2]
+    if len(b) < 3 + 4 * ndim:
+        return None
+    shape = _DENSE_HEAD[ndim].unpack_from(b)[3:]
+    wire_dtype = DENSE_DTYPES[b[1]][1]
+    numel = math.prod(shape)
+    if numel == 0 or 3 + 4 * ndim + numel * wire_dtype.itemsize != len(b):
+        return None
+    flat = np.frombuffer(b, dtype=wire_dtype, count=numel, offset=3 + 4 * ndim)
+    return flat.astype(wire_dtype.newbyteorder("="), copy=True).reshape(shape)
+
+
 def decode_dense(b: bytes | bytearray | memoryview) -> np.ndarray:
     """Decode a dense tensor into a fresh, writable, native-endian numpy array."""
     if _HANDOVER:
         kept = _HANDOVER.pop(id(b), None)
         if kept is not None and kept[0] is b:
             return kept[1]
+    if type(b) is bytes:  # the common case, well formed: one header read, no reader
+        arr = _decode_dense_fast(b)
+        if arr is not None:
+            return arr
     r = _Reader(b, TAG_DENSE)
     code = r.unpack(_U8, "dtype code")
     if code not in DENSE_DTYPES:

@@ -120,6 +120,26 @@ def test_dense_round_trip_and_size(case):
     assert out.shape == arr.shape and out.dtype == np.dtype(dtype)
     assert out.tobytes() == arr.tobytes()  # bit-exact, NaN payloads included
     assert out.flags.writeable
+    # bytes take the one-read path; a bytearray goes through the full reader: the same array
+    slow = wire.decode_dense(bytearray(payload))
+    assert slow.shape == out.shape and slow.dtype == out.dtype and slow.tobytes() == out.tobytes()
+
+
+@FAST
+@given(st.integers(0, 4), st.integers(0, 3), st.binary(max_size=40))
+def test_dense_one_read_path_accepts_exactly_what_the_full_decoder_accepts(code, ndim, rest):
+    payload = bytes([wire.TAG_DENSE, code, ndim]) + rest
+    try:
+        full = wire.decode_dense(memoryview(payload))
+    except WireError:
+        full = None
+    try:
+        fast = wire.decode_dense(payload)
+    except WireError:
+        fast = None
+    assert (full is None) == (fast is None)
+    if full is not None:
+        assert full.shape == fast.shape and full.tobytes() == fast.tobytes()
 
 
 @ROUND
