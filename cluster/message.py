@@ -6,14 +6,14 @@ ledger can read the role off it.
 
 All the messages a host sends to one other host in a superstep travel as one batch::
 
-    magic "PRB2" | n_strings u32 | n_payloads u32 | n_messages u32
-    n_strings × (length u16, UTF-8)                      # each distinct kind, node id, phase once
+    magic "PRB3" | n_strings u32 | n_payloads u32 | n_messages u32
+    n_strings × length u16 | the strings' UTF-8, one after another   # each kind, node id, phase once
     n_messages × (round, payload index, kind, src, dst, phase) as u32   # indices into the tables
-    n_payloads × (length u32, bytes)                     # identical payloads stored once
+    n_payloads × length u32 | the payloads, one after another          # identical payloads once
 
 A broadcast (the same payload object sent to many nodes of one host) is stored once in the batch,
 which is what a real deployment's multicast would do; the logical ledger still counts it once per
-recipient. The message headers are a table of integers, read in one pass.
+recipient. Lengths and headers are tables of integers, each read in one pass.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MAGIC = b"PRB2"
+MAGIC = b"PRB3"
 _HEAD = struct.Struct("<4sIII")
 _FIELDS = 6  # round, payload, kind, src, dst, phase
 
@@ -67,81 +67,102 @@ def encode_batch(messages: list[Message]) -> bytes:
     payload_index: dict[int, int] = {}
     payloads: list[bytes] = []
     table: list[int] = []
+    sid = strings.setdefault
     for m in messages:
-        if not isinstance(m.payload, (bytes, bytearray)):
-            raise TypeError(
-                f"message {m.kind} {m.src}->{m.dst}: payload must be bytes, got {type(m.payload).__name__}"
-            )
         idx = payload_index.get(id(m.payload))
         if idx is None:
+            if not isinstance(m.payload, (bytes, bytearray)):
+                raise TypeError(
+                    f"message {m.kind} {m.src}->{m.dst}: payload must be bytes, "
+                    f"got {type(m.payload).__name__}"
+                )
             idx = payload_index[id(m.payload)] = len(payloads)
             payloads.append(m.payload)
-        table.append(m.round)
-        table.append(idx)
-        for text in (m.kind, m.src, m.dst, m.phase):
-            table.append(strings.setdefault(text, len(strings)))
-    parts = [_HEAD.pack(MAGIC, len(strings), len(payloads), len(messages))]
-    for text in strings:
-        b = text.encode()
-        if len(b) > 0xFFFF:
-            raise ValueError(f"string field too long for a batch header: {len(b)} bytes")
-        parts.append(struct.pack("<H", len(b)) + b)
-    parts.append(np.array(table, dtype="<u4").tobytes())
-    for p in payloads:
-        parts.append(struct.pack("<I", len(p)))
-        parts.append(p)
-    return b"".join(parts)
+        table += (
+            m.round,
+            idx,
+            sid(m.kind, len(strings)),
+            sid(m.src, len(strings)),
+            sid(m.dst, len(strings)),
+            sid(m.phase, len(strings)),
+        )
+    texts = [t.encode() for t in strings]
+    if texts and max(map(len, texts)) > 0xFFFF:
+        raise ValueError(f"string field too long for a batch header: {max(map(len, texts))} bytes")
+    return b"".join(
+        [
+            _HEAD.pack(MAGIC, len(texts), len(payloads), len(messages)),
+            np.array([len(b) for b in texts], dtype="<u2").tobytes(),
+            *texts,
+            np.array(table, dtype="<u4").tobytes(),
+            np.array([len(p) for p in payloads], dtype="<u4").tobytes(),
+            *payloads,
+        ]
+    )
 
 
-class _Reader:
-    def __init__(self, buf):
-        self.buf = memoryview(buf).cast("B")
-        self.pos = 0
-
-    def take(self, n: int) -> memoryview:
-        if self.pos + n > len(self.buf):
-            raise BatchError(
-                f"message batch truncated: need {n} bytes at offset {self.pos}, have {len(self.buf) - self.pos}"
-            )
-        out = self.buf[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def u32(self) -> int:
-        return struct.unpack("<I", self.take(4))[0]
-
-    def string(self) -> str:
-        (n,) = struct.unpack("<H", self.take(2))
-        try:
-            return bytes(self.take(n)).decode()
-        except UnicodeDecodeError as e:
-            raise BatchError(f"message batch: header string is not UTF-8 ({e.reason})") from None
+def _lengths(buf: memoryview, pos: int, count: int, dtype: str, what: str) -> np.ndarray:
+    size = np.dtype(dtype).itemsize * count
+    if pos + size > len(buf):
+        raise BatchError(
+            f"message batch truncated: {count} {what} lengths need {size} bytes at offset {pos}, "
+            f"have {len(buf) - pos}"
+        )
+    return np.frombuffer(buf, dtype=dtype, count=count, offset=pos).astype(np.int64)
 
 
 def decode_batch(buf) -> list[Message]:
     """The messages of a batch held in any contiguous byte buffer (bytes, or the read-only numpy
     view of Ray's object store a host receives); each payload is copied out as its own bytes."""
-    r = _Reader(buf)
-    magic, n_strings, n_payloads, n_messages = _HEAD.unpack(r.take(_HEAD.size))
+    mv = memoryview(buf).cast("B")
+    if len(mv) < _HEAD.size:
+        raise BatchError(f"message batch truncated: {len(mv)} bytes, the header needs {_HEAD.size}")
+    magic, n_strings, n_payloads, n_messages = _HEAD.unpack_from(mv)
     if magic != MAGIC:
         raise BatchError("message batch: bad magic (not a privrec batch)")
     # each string needs at least 2 bytes, each payload 4 and each header 24: refuse absurd counts
-    if 2 * n_strings + 4 * n_payloads + 4 * _FIELDS * n_messages > len(r.buf):
+    if 2 * n_strings + 4 * n_payloads + 4 * _FIELDS * n_messages > len(mv):
         raise BatchError(
             f"message batch: declares {n_strings} strings, {n_payloads} payloads and {n_messages} "
-            f"messages, buffer has {len(r.buf)} bytes"
+            f"messages, buffer has {len(mv)} bytes"
         )
-    strings = [r.string() for _ in range(n_strings)]
-    table = np.frombuffer(r.take(4 * _FIELDS * n_messages), dtype="<u4").reshape(-1, _FIELDS)
+    pos = _HEAD.size
+    str_len = _lengths(mv, pos, n_strings, "<u2", "string")
+    pos += 2 * n_strings
+    str_end = pos + np.cumsum(str_len)
+    if n_strings and str_end[-1] > len(mv):
+        raise BatchError("message batch truncated: the strings run past the end")
+    text = bytes(mv[pos : int(str_end[-1]) if n_strings else pos])
+    try:
+        strings = [
+            text[a:b].decode()
+            for a, b in zip((str_end - str_len - pos).tolist(), (str_end - pos).tolist())
+        ]
+    except UnicodeDecodeError as e:
+        raise BatchError(f"message batch: header string is not UTF-8 ({e.reason})") from None
+    pos += len(text)
+    if pos + 4 * _FIELDS * n_messages > len(mv):
+        raise BatchError("message batch truncated: the message table runs past the end")
+    table = np.frombuffer(mv, dtype="<u4", count=_FIELDS * n_messages, offset=pos)
+    table = table.reshape(-1, _FIELDS)
+    pos += 4 * _FIELDS * n_messages
     if n_messages and (
         int(table[:, 1].max()) >= n_payloads or int(table[:, 2:].max()) >= n_strings
     ):
         raise BatchError(
             f"message batch: an index out of range ({n_payloads} payloads, {n_strings} strings)"
         )
-    payloads = [bytes(r.take(r.u32())) for _ in range(n_payloads)]
-    if r.pos != len(r.buf):
-        raise BatchError(f"message batch: {len(r.buf) - r.pos} trailing bytes")
+    pay_len = _lengths(mv, pos, n_payloads, "<u4", "payload")
+    pos += 4 * n_payloads
+    pay_end = pos + np.cumsum(pay_len)
+    end = int(pay_end[-1]) if n_payloads else pos
+    if end > len(mv):
+        raise BatchError(
+            f"message batch truncated: the payloads need {end - pos} bytes, have {len(mv) - pos}"
+        )
+    if end != len(mv):
+        raise BatchError(f"message batch: {len(mv) - end} trailing bytes")
+    payloads = [bytes(mv[a:b]) for a, b in zip((pay_end - pay_len).tolist(), pay_end.tolist())]
     return [
         Message(strings[k], strings[s], strings[d], rnd, strings[ph], payloads[i])
         for rnd, i, k, s, d, ph in table.tolist()

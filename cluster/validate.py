@@ -67,18 +67,18 @@ def phase_name(phase: str) -> str:
 def screen(accepts: dict[str, Accept] | None, m, phase: str, shared, cache: dict) -> Invalid | None:
     """Why message ``m`` must be dropped (an :class:`Invalid`), or None when it may be delivered.
     ``cache`` (one per superstep) holds the verdict per (payload object, check): a broadcast's
-    payload, one bytes object for many receivers, is checked once."""
+    payload, one bytes object for many receivers, is checked once; and the rule's verdict per
+    (declaration, kind, sender role, phase), the same for every such message."""
     if accepts is None:
         return None
-    rule = accepts.get(m.kind)
-    if rule is None:
-        return Invalid("kind", f"{m.kind!r} is not accepted")
-    if m.src.split("/", 1)[0] not in rule.senders:
-        return Invalid("sender", f"{m.kind!r} from {m.src}")
-    if rule.phases is not None and phase_name(phase) not in rule.phases:
-        return Invalid("phase", f"{m.kind!r} in phase {phase!r}")
-    if rule.check is None:
-        return None
+    sender = m.src.split("/", 1)[0]
+    rule_key = (id(accepts), m.kind, sender, phase)
+    try:
+        rule, refused = cache[rule_key]
+    except KeyError:
+        rule, refused = cache[rule_key] = _rule(accepts, m.kind, sender, phase)
+    if refused is not None or rule.check is None:
+        return refused
     key = (id(m.payload), rule.check)
     if key not in cache:
         try:
@@ -91,6 +91,18 @@ def screen(accepts: dict[str, Accept] | None, m, phase: str, shared, cache: dict
         except (ValueError, TypeError, OverflowError, MemoryError) as e:  # a check's blind spot
             cache[key] = Invalid("malformed", f"{type(e).__name__}: {e}")
     return cache[key]
+
+
+def _rule(accepts: dict[str, Accept], kind: str, sender: str, phase: str):
+    """(the rule for ``kind``, the Invalid that refuses it by kind, sender role or phase, or None)."""
+    rule = accepts.get(kind)
+    if rule is None:
+        return None, Invalid("kind", f"{kind!r} is not accepted")
+    if sender not in rule.senders:
+        return rule, Invalid("sender", f"{kind!r} from a {sender}")
+    if rule.phases is not None and phase_name(phase) not in rule.phases:
+        return rule, Invalid("phase", f"{kind!r} in phase {phase!r}")
+    return rule, None
 
 
 # --------------------------------------------------------------------------- reusable checks

@@ -153,9 +153,9 @@ _FRESH_TORCH_SEED: int | None = None
 # and maps every block above its mmap threshold (at most 32 MiB) afresh. A host allocates and frees
 # the same few tens of MB each superstep (payloads, batches, decoded arrays), so by default every
 # superstep page-faults all of it in again: a third of an echo round at 1,000 clients. Keeping up to
-# 64 MiB free and serving blocks up to 64 MiB from the heap removes that without raising a host's
-# peak (benchmarks/RESULTS.md, "freed memory kept for the next superstep").
-_MALLOC_KEEP = 64 << 20
+# 128 MiB free and serving blocks up to 64 MiB from the heap removes most of that for a few tens of
+# MiB of peak RSS per host (benchmarks/RESULTS.md, "Freed memory kept for the next superstep").
+_MALLOC_TRIM, _MALLOC_MMAP = 128 << 20, 64 << 20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 _malloc_tuned: bool | None = None  # None: not tried yet in this process
 
@@ -167,8 +167,8 @@ def keep_freed_memory() -> bool:
         try:
             libc = ctypes.CDLL(None)
             _malloc_tuned = bool(
-                libc.mallopt(_M_TRIM_THRESHOLD, _MALLOC_KEEP)
-                and libc.mallopt(_M_MMAP_THRESHOLD, _MALLOC_KEEP)
+                libc.mallopt(_M_TRIM_THRESHOLD, _MALLOC_TRIM)
+                and libc.mallopt(_M_MMAP_THRESHOLD, _MALLOC_MMAP)
             )
         except (OSError, AttributeError):  # not glibc (macOS, musl): its own defaults stand
             _malloc_tuned = False
@@ -186,6 +186,7 @@ class Host:
         self.ctx = NodeContext(seed, self.device, shared, conditions)
         self.nodes: dict[str, Node] = {}
         self.route: dict[str, int] = {}
+        self._roles: dict[str, str] = {}
         self.local_inbox: list[Message] = []
         # ((round, training?), participants that ran a handler in it): the share that failed
         self._ran: tuple = (None, set())
@@ -231,6 +232,7 @@ class Host:
 
     def set_route(self, route: dict[str, int]) -> None:
         self.route = route
+        self._roles = {nid: role_of(nid) for nid in route}  # for the ledger's keys
 
     # --- checkpoints (not protocol traffic: the operator saving the participants' own state) ----
     def snapshot(self) -> bytes:
@@ -323,16 +325,18 @@ class Host:
         self.local_inbox = []
         for batch in batches:
             incoming.extend(decode_batch(batch))
+        nodes_here, may_be_away = self.nodes, absent or avail or bool(failed)
         for m in incoming:
-            if m.dst not in self.nodes:
+            node = nodes_here.get(m.dst)
+            if node is None:
                 raise ValueError(
                     f"host {self.index}: message {m.kind} for {m.dst}, which it does not carry"
                 )
-            if absent or away(m.dst):
+            if may_be_away and (absent or away(m.dst)):
                 dropped.add(m.dst)
                 undelivered += 1
                 continue
-            bad = screen(type(self.nodes[m.dst]).ACCEPTS, m, phase, shared, checked)
+            bad = screen(type(node).ACCEPTS, m, phase, shared, checked)
             if bad is not None:  # untrusted input that fails its check never reaches a handler
                 rejected[(m.kind, bad.reason)] += 1
                 continue
@@ -378,10 +382,11 @@ class Host:
                 for name, values in rep.items():
                     reports[name].extend(values)
                 keep = []
+                route = self.route
                 for m in out:
-                    if m.dst not in self.route:
+                    if m.dst not in route:
                         raise ValueError(f"{m.src} sent {m.kind} to unknown node {m.dst}")
-                    if away(m.dst) or self.route[m.dst] in lost_hosts:
+                    if (may_be_away and away(m.dst)) or (lost_hosts and route[m.dst] in lost_hosts):
                         dropped.add(m.dst)
                         undelivered += 1
                     else:
@@ -401,9 +406,12 @@ class Host:
                         keep = []
                         t_n = max(0.0, deadline - t_start)  # nobody waits past the deadline
                     sim_max = max(sim_max, t_n)
+                roles = self._roles
                 for m in keep:
                     dst_host = self.route[m.dst]
-                    ledger.record((round_, phase, m.kind, m.src_role, m.dst_role), len(m.payload))
+                    ledger.record(
+                        (round_, phase, m.kind, roles[m.src], roles[m.dst]), len(m.payload)
+                    )
                     if tap:
                         tapped.append(m)
                     if dst_host == self.index:

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.message import BatchError, Message, decode_batch, encode_batch
+from cluster.message import MAGIC, BatchError, Message, decode_batch, encode_batch
 
 text = st.text(min_size=0, max_size=12)
 messages = st.lists(
@@ -29,7 +29,7 @@ def test_broadcast_payload_stored_once():
 @given(st.binary(max_size=200))
 def test_random_bytes_raise_batch_error(junk):
     with pytest.raises(BatchError):
-        decode_batch(b"PRB2" + junk if len(junk) % 2 else junk)
+        decode_batch(MAGIC + junk if len(junk) % 2 else junk)
 
 
 def test_truncations_raise_batch_error():
