@@ -138,11 +138,10 @@ def dense(
     payload, shape: tuple, *, cap: float | None = None, what: str = "tensor", floats: bool = True
 ) -> np.ndarray:
     """A dense tensor of ``shape`` (None: any size), float (``floats``), finite, within ``cap``."""
-    arr = decoded(wire.decode_dense, payload)
+    arr = decoded(wire.view_dense, payload)  # read in place: the handler decodes its own copy
     if floats and arr.dtype.kind != "f":
         raise Invalid("malformed", f"{what}: dtype {arr.dtype}, expected floats")
     finite(shaped(arr, shape, what), what, cap)
-    wire.keep_decoded(payload, arr)  # the receiver's own decode takes it (no second decode)
     return arr
 
 

@@ -25,8 +25,7 @@ from __future__ import annotations
 import math
 import operator
 import struct
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,6 +38,7 @@ __all__ = [
     "peek_tag",
     "encode_dense",
     "decode_dense",
+    "view_dense",
     "dense_size",
     "encode_signs",
     "decode_signs",
@@ -323,34 +323,9 @@ def encode_dense(array: Any, dtype: Any = "float32") -> bytes:
     return b"".join([head, data.reshape(-1).view(np.uint8)])
 
 
-# A host decodes each untrusted dense payload once to check it (cluster/validate.py), and the
-# receiver's handler decodes it again. Inside handover() (one superstep of a host) the check's array
-# is kept, and the next decode_dense of that same payload object takes it instead of decoding anew;
-# taken once, it is gone, so every decode still returns an array that nobody else holds.
-_HANDOVER: dict[int, tuple[Any, np.ndarray]] | None = None
-
-
-@contextmanager
-def handover() -> Iterator[None]:
-    """Within the block, :func:`keep_decoded` arrays go to the next decode of their payload."""
-    global _HANDOVER
-    _HANDOVER = {}
-    try:
-        yield
-    finally:
-        _HANDOVER = None
-
-
-def keep_decoded(payload: Any, arr: np.ndarray) -> None:
-    """Offer ``arr``, the :func:`decode_dense` of ``payload`` that only a check has read, to the
-    next decode of ``payload`` (inside :func:`handover`; elsewhere nothing is kept)."""
-    if _HANDOVER is not None:
-        _HANDOVER[id(payload)] = (payload, arr)
-
-
-def _decode_dense_fast(b: bytes) -> np.ndarray | None:
-    """decode_dense of a well-formed, non-empty dense payload; None where anything is unusual
-    (the full decoder then says what)."""
+def _view_dense_fast(b: bytes) -> np.ndarray | None:
+    """view_dense of a well-formed, non-empty dense payload; None where anything is unusual (the
+    full reader then says what)."""
     if len(b) < 3 or b[0] != TAG_DENSE or b[1] not in DENSE_DTYPES or b[2] > MAX_NDIM:
         return None
     ndim = b[2]
@@ -361,18 +336,15 @@ def _decode_dense_fast(b: bytes) -> np.ndarray | None:
     numel = math.prod(shape)
     if numel == 0 or 3 + 4 * ndim + numel * wire_dtype.itemsize != len(b):
         return None
-    flat = np.frombuffer(b, dtype=wire_dtype, count=numel, offset=3 + 4 * ndim)
-    return flat.astype(wire_dtype.newbyteorder("="), copy=True).reshape(shape)
+    return np.frombuffer(b, dtype=wire_dtype, count=numel, offset=3 + 4 * ndim).reshape(shape)
 
 
-def decode_dense(b: bytes | bytearray | memoryview) -> np.ndarray:
-    """Decode a dense tensor into a fresh, writable, native-endian numpy array."""
-    if _HANDOVER:
-        kept = _HANDOVER.pop(id(b), None)
-        if kept is not None and kept[0] is b:
-            return kept[1]
+def view_dense(b: bytes | bytearray | memoryview) -> np.ndarray:
+    """The dense tensor of ``b`` as a read-only view of its data, in the wire's little-endian
+    dtype, nothing copied: what a check that only reads the values needs
+    (cluster/validate.py). Raises WireError exactly where :func:`decode_dense` does."""
     if type(b) is bytes:  # the common case, well formed: one header read, no reader
-        arr = _decode_dense_fast(b)
+        arr = _view_dense_fast(b)
         if arr is not None:
             return arr
     r = _Reader(b, TAG_DENSE)
@@ -390,8 +362,15 @@ def decode_dense(b: bytes | bytearray | memoryview) -> np.ndarray:
     nbytes = numel * wire_dtype.itemsize
     if nbytes != r.remaining:
         raise r.fail(f"declared {nbytes} data bytes, buffer has {r.remaining}")
-    flat = r.array(wire_dtype, numel, "data")
-    return flat.astype(wire_dtype.newbyteorder("="), copy=True).reshape(shape)
+    arr = r.array(wire_dtype, numel, "data").reshape(shape)
+    arr.flags.writeable = False  # a bytearray's view would be writable
+    return arr
+
+
+def decode_dense(b: bytes | bytearray | memoryview) -> np.ndarray:
+    """Decode a dense tensor into a fresh, writable, native-endian numpy array."""
+    view = view_dense(b)
+    return view.astype(view.dtype.newbyteorder("="), copy=True)
 
 
 # --------------------------------------------------------------------------- signs

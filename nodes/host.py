@@ -24,7 +24,6 @@ import numpy as np
 import ray
 import ray.cloudpickle as cloudpickle
 
-from cluster import wire
 from cluster.ledger import Ledger, is_eval_phase
 from cluster.message import Message, decode_batch, encode_batch, role_of
 from cluster.validate import screen
@@ -278,15 +277,6 @@ class Host:
     def step(
         self, round_: int, phase: str, activate: list[str], tap: bool, ctrl: dict, *batches
     ) -> dict:
-        """Run one superstep (see :meth:`_step`); a dense payload that a receiver's check decoded
-        is handed to its handler's decode rather than decoded twice (cluster.wire.handover)."""
-        self._torch_loaded()
-        with wire.handover():
-            return self._step(round_, phase, activate, tap, ctrl, *batches)
-
-    def _step(
-        self, round_: int, phase: str, activate: list[str], tap: bool, ctrl: dict, *batches
-    ) -> dict:
         """Run one superstep. ``ctrl``: ``availability`` (apply the run's availability model),
         ``absent`` (every node here lost the round to a fault), ``failed`` (participants whose
         handler raised earlier in this round: skipped like offline ones), ``t_start`` (simulated
@@ -297,6 +287,7 @@ class Host:
         discarded, listed in ``faults``. Any other node's exception ends the step at once with
         ``failure`` (node, round, phase, message, traceback), which the driver raises."""
         t0 = time.perf_counter()
+        self._torch_loaded()
         cond = self.ctx.conditions
         seed = self.ctx.seed
         absent = bool(ctrl.get("absent"))

@@ -120,6 +120,13 @@ def test_dense_round_trip_and_size(case):
     assert out.shape == arr.shape and out.dtype == np.dtype(dtype)
     assert out.tobytes() == arr.tobytes()  # bit-exact, NaN payloads included
     assert out.flags.writeable
+    # a check reads the values in place: read-only, the payload's own memory, the same values
+    view = wire.view_dense(payload)
+    assert not view.flags.writeable and view.shape == arr.shape
+    if arr.size:
+        assert np.shares_memory(view, np.frombuffer(payload, np.uint8))
+    assert view.tobytes() == out.astype(view.dtype).tobytes()
+    assert not wire.view_dense(bytearray(payload)).flags.writeable
     # bytes take the one-read path; a bytearray goes through the full reader: the same array
     slow = wire.decode_dense(bytearray(payload))
     assert slow.shape == out.shape and slow.dtype == out.dtype and slow.tobytes() == out.tobytes()
