@@ -317,6 +317,7 @@ class Host:
         for batch in batches:
             incoming.extend(decode_batch(batch))
         nodes_here, may_be_away = self.nodes, absent or avail or bool(failed)
+        route, roles = self.route, self._roles
         for m in incoming:
             node = nodes_here.get(m.dst)
             if node is None:
@@ -373,7 +374,6 @@ class Host:
                 for name, values in rep.items():
                     reports[name].extend(values)
                 keep = []
-                route = self.route
                 for m in out:
                     if m.dst not in route:
                         raise ValueError(f"{m.src} sent {m.kind} to unknown node {m.dst}")
@@ -397,9 +397,8 @@ class Host:
                         keep = []
                         t_n = max(0.0, deadline - t_start)  # nobody waits past the deadline
                     sim_max = max(sim_max, t_n)
-                roles = self._roles
                 for m in keep:
-                    dst_host = self.route[m.dst]
+                    dst_host = route[m.dst]
                     ledger.record(
                         (round_, phase, m.kind, roles[m.src], roles[m.dst]), len(m.payload)
                     )
