@@ -154,7 +154,9 @@ _FRESH_TORCH_SEED: int | None = None
 # superstep page-faults all of it in again: a third of an echo round at 1,000 clients. Keeping up to
 # 128 MiB free and serving blocks up to 64 MiB from the heap removes most of that for a few tens of
 # MiB of peak RSS per host (benchmarks/RESULTS.md, "Freed memory kept for the next superstep").
-_MALLOC_TRIM, _MALLOC_MMAP = 128 << 20, 64 << 20
+# A host tunes once a superstep moves _MALLOC_WORTH_IT bytes through it (batches in + out): small
+# deployments (the test suite's) keep glibc's defaults, which cost them nothing.
+_MALLOC_TRIM, _MALLOC_MMAP, _MALLOC_WORTH_IT = 128 << 20, 64 << 20, 8 << 20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 _malloc_tuned: bool | None = None  # None: not tried yet in this process
 
@@ -174,9 +176,16 @@ def keep_freed_memory() -> bool:
     return _malloc_tuned
 
 
+def keep_freed_memory_if_worth_it(moved: int) -> bool:
+    """Tune (:func:`keep_freed_memory`) once a superstep has moved ``moved`` ≥ _MALLOC_WORTH_IT
+    bytes through this process; whether it is tuned."""
+    if _malloc_tuned is None and moved >= _MALLOC_WORTH_IT:
+        keep_freed_memory()
+    return bool(_malloc_tuned)
+
+
 class Host:
     def __init__(self, index: int, seed: int, shared: Shared, num_cpus: float, conditions=None):
-        keep_freed_memory()
         self.index = index
         self.device, self.gpu_ids = _pick_device()
         self.threads = max(1, int(round(num_cpus)))  # torch's intra-op threads
@@ -419,6 +428,7 @@ class Host:
             refs[dst_host] = ray.put(np.frombuffer(batch, dtype=np.uint8))
             sizes[dst_host] = len(batch)
         t3 = time.perf_counter()
+        keep_freed_memory_if_worth_it(sum(map(len, batches)) + sum(sizes.values()))
         return {
             "batches": refs,
             "batch_bytes": sizes,  # by destination host (the driver knows which are on other nodes)
