@@ -1,5 +1,5 @@
 """What ``python -m benchmarks.reproduce PAPER`` runs for each paper (:data:`PAPERS`) and the
-figures of the paper's main table it is set beside (:data:`FIGURES`: each protocol's ``PAPER``
+figures of the paper's main table it is set beside (:func:`figures`: each protocol's ``PAPER``
 declaration, :class:`protocols.base.PaperFigure`, in its own package).
 
 A paper's runs are of three modes: ``paper`` (the paper's own calibration, or its authors' code),
@@ -12,13 +12,14 @@ one benchmarks/RESULTS.md recorded, ``quick`` overrides it for ``--quick``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from protocols import get_protocol
 
 HYPERGNN = "hypergnn"  # not a protocol: benchmarks/dgrec.py central_hypergnn (DGREC's parameters)
 
-FIGURE_KEYS = ("on", "percent", "method")  # the other keys of a FIGURES entry are run labels
+FIGURE_KEYS = ("on", "percent", "method")  # the other keys of a figures() entry are run labels
 
 
 def figures_of(paper) -> dict:
@@ -33,7 +34,7 @@ def figures_of(paper) -> dict:
 
 
 def as_fraction(figures: dict, value: float) -> float:
-    """A figure of ``figures`` (one FIGURES entry) on our runs' scale: a percent divided by 100."""
+    """A figure of ``figures`` (one figures() entry) on our runs' scale: a percent divided by 100."""
     return value / 100 if figures.get("percent") else value
 
 
@@ -160,5 +161,9 @@ PAPERS: dict[str, Paper] = {
 }
 # fmt: on
 
-# the papers' figures, as each protocol declares them (protocols/<name>/protocol.py ``PAPER``)
-FIGURES: dict[str, dict] = {name: figures_of(get_protocol(name).PAPER) for name in PAPERS}
+@functools.cache
+def figures(name: str) -> dict:
+    """The figures of paper ``name`` as its protocol declares them (protocols/<name>/protocol.py
+    ``PAPER``); read when asked, so that a command refuses a bad argument before importing the
+    protocols' models."""
+    return figures_of(get_protocol(name).PAPER)

@@ -37,7 +37,7 @@ from benchmarks.common import (
     usage_errors,
     write_result,
 )
-from benchmarks.papers import FIGURES, HYPERGNN, PAPERS, Paper, Run, as_fraction
+from benchmarks.papers import HYPERGNN, PAPERS, Paper, Run, as_fraction, figures
 from engine.compare import Entry, epsilon_cell, fmt, jsonable, md_table, one_line, paper_cell
 
 PROG = "benchmarks.reproduce"
@@ -104,7 +104,7 @@ def _paper_cell(figures: dict, baseline: str, metric: str) -> str:
 def build_rows(name: str, paper: Paper, results: dict[str, dict]) -> list[dict]:
     """One row per (paper-mode run, baseline, metric); ``results``: label → compare row
     (``status``, ``metrics``, ``epsilon``, ``delta``, ``private``, ``epsilon_paper``)."""
-    figures = FIGURES[name]
+    paper_figures = figures(name)
     rigorous = (paper.mode("rigorous") or [None])[0]
     rows = []
     for run in paper.mode("paper"):
@@ -118,8 +118,8 @@ def build_rows(name: str, paper: Paper, results: dict[str, dict]) -> list[dict]:
                     {
                         "row": f"{run.label} vs {base.label}",
                         "metric": metric,
-                        "paper_figure": _paper_cell(figures, base.label, metric),
-                        "paper_value": _paper_value(figures, metric),
+                        "paper_figure": _paper_cell(paper_figures, base.label, metric),
+                        "paper_value": _paper_value(paper_figures, metric),
                         "paper_mode": value,
                         "rigorous_mode": value_r,
                         "same_run": rigorous is None,
