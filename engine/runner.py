@@ -572,6 +572,11 @@ def _drive(
             "placement": settings.placement,
             "hosts": settings.hosts,  # --hosts as asked: the actors a packed placement puts users on
             "host_actors": dep.n_hosts,  # every host actor started, the server's own ones too
+            # where each host actor ran: its Ray node, the GPUs Ray gave it, the device it used
+            "host_placement": [
+                {k: i[k] for k in ("index", "node_id", "gpu_ids", "device", "nodes")}
+                for i in dep.host_info()
+            ],
             "rounds": settings.rounds,
             "metrics": metrics,
             "bytes_total": dep.ledger.total(),

@@ -32,7 +32,6 @@ LONGEST_FIRST = [
     "test_dropout_decentralized.py",
     "test_participant_faults.py",
     "test_untrusted_messages.py",
-    "test_multinode.py",
     "test_runtime.py",
     "test_fedpergnn_protocol.py",
     "test_fedpergnn_gat.py",

@@ -1,10 +1,11 @@
 """A real two-node Ray cluster on this machine, started as README's multi-node recipe says.
 
-Two ``ray start`` processes (a head and a worker with one CPU each: two raylets, two object
-stores), token authentication on (``RAY_AUTH_MODE=token`` and a token of this test's own in
+Two ``ray start`` processes (a head and a worker with one CPU and one declared GPU each: two
+raylets, two object stores), token authentication on (``RAY_AUTH_MODE=token`` and a token of this test's own in
 ``RAY_AUTH_TOKEN`` on every process), and ``launch.py --address HEAD --hosts 4`` run as a user
 would, in a subprocess. Its results and byte counts must equal the same run on one local node
-(the tests' own Ray instance), with the bytes that went between the two nodes reported apart.
+(the tests' own Ray instance), with the bytes that went between the two nodes reported apart,
+and each host actor must report its node and the share of a GPU it asked for (``--gpus-per-host``).
 A driver without the token must fail at once, saying what to set.
 
 The raylets get their own temporary directory and free ports, and are stopped by their process
@@ -127,7 +128,8 @@ def test_two_raylets_give_one_nodes_results_and_bytes(tmp_path, ray_local, capsy
     temp_dir = tempfile.mkdtemp(prefix="privrec-ray-")
     port = _free_port()
     head_address = f"127.0.0.1:{port}"
-    common = ["--num-cpus", "1", "--num-gpus", "0", "--disable-usage-stats"]
+    # each node declares one GPU (Ray schedules it like a real one; torch finds no CUDA here)
+    common = ["--num-cpus", "1", "--num-gpus", "1", "--disable-usage-stats"]
     common += ["--object-store-memory", str(200 * 1024**2)]
     nodes: list[_RayStart] = []
     try:
@@ -173,7 +175,7 @@ def test_two_raylets_give_one_nodes_results_and_bytes(tmp_path, ray_local, capsy
         nodes[1].wait_started()
 
         two = subprocess.run(
-            [sys.executable, "launch.py", *RUN, "--address", head_address]
+            [sys.executable, "launch.py", *RUN, "--address", head_address, "--gpus-per-host", "0.2"]
             + ["--config", str(config), "--out", str(tmp_path / "two")],
             cwd=ROOT,
             env=cluster_env,
@@ -201,6 +203,11 @@ def test_two_raylets_give_one_nodes_results_and_bytes(tmp_path, ray_local, capsy
     assert 0 < two_summary["bytes_crossed_nodes"] < two_summary["bytes_crossed"]
     assert sum(r["bytes_crossed_nodes"] for r in two_rows) == two_summary["bytes_crossed_nodes"]
     assert all(r["bytes_crossed_nodes"] == 0 for r in one_rows)
+    # each host actor got its GPU share from the node it ran on and, with no CUDA, computed on CPU
+    placed = two_summary["host_placement"]
+    assert len(placed) == 5 and len({h["node_id"] for h in placed}) == 2, placed
+    assert all(len(h["gpu_ids"]) == 1 and h["device"] == "cpu" for h in placed), placed
+    assert all(h["gpu_ids"] == [] for h in one_summary["host_placement"])
 
 
 def test_default_cpu_share_fits_every_host_on_small_nodes(monkeypatch):
