@@ -161,6 +161,7 @@ PAPERS: dict[str, Paper] = {
 }
 # fmt: on
 
+
 @functools.cache
 def figures(name: str) -> dict:
     """The figures of paper ``name`` as its protocol declares them (protocols/<name>/protocol.py
