@@ -34,7 +34,8 @@ def figures_of(paper) -> dict:
 
 
 def as_fraction(figures: dict, value: float) -> float:
-    """A figure of ``figures`` (one figures() entry) on our runs' scale: a percent divided by 100."""
+    """A figure of ``figures`` (one :func:`figures` entry) on our runs' scale: a percent divided
+    by 100."""
     return value / 100 if figures.get("percent") else value
 
 
