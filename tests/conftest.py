@@ -21,28 +21,28 @@ needs_shared_data = pytest.mark.skipif(
 LONGEST_FIRST = [
     "test_two_node_cluster.py",
     "test_faults.py",
-    "test_checkpoint.py",
     "test_golden.py",
+    "test_checkpoint.py",
     "test_dropout_vertical_dipsgnn.py",
-    "test_verfedgnn_protocol.py",
     "test_dgrec_protocol.py",
-    "test_dropout_fedpergnn.py",
-    "test_plugin.py",
     "test_runtime.py",
-    "test_readme.py",
-    "test_fedpergnn_protocol.py",
-    "test_run_report.py",
-    "test_untrusted_messages.py",
-    "test_dropout_decentralized.py",
-    "test_participant_faults.py",
-    "test_launch.py",
+    "test_plugin.py",
+    "test_verfedgnn_protocol.py",
     "test_dipsgnn_protocol.py",
+    "test_run_report.py",
     "test_benchmarks_cli.py",
-    "test_central.py",
+    "test_readme.py",
+    "test_participant_faults.py",
+    "test_fedpergnn_protocol.py",
+    "test_dropout_decentralized.py",
+    "test_launch.py",
+    "test_dropout_fedpergnn.py",
     "test_adversaries_vertical_dipsgnn.py",
-    "test_run_feedback.py",
-    "test_data_files.py",
     "test_rating_gnn.py",
+    "test_central.py",
+    "test_wire.py",
+    "test_data_files.py",
+    "test_data_loaders.py",
 ]
 
 
@@ -91,3 +91,26 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# The test files whose runs draw their PNGs: the report's own tests, a golden run of every
+# protocol (each protocol's rows plotted), and the command line as a user runs it. Elsewhere a
+# run's plots (about 1.5 s of matplotlib per run here, 90 s of the suite in all) are skipped:
+# nothing else looks at them.
+PLOTTING_TESTS = {
+    "test_run_report.py",
+    "test_golden.py",
+    "test_launch.py",
+    "test_readme.py",
+    "test_benchmark_scale.py",
+    "test_tutorial.py",
+}
+
+
+@pytest.fixture(autouse=True)
+def _run_plots_only_where_checked(request, monkeypatch):
+    if request.path.name not in PLOTTING_TESTS:
+        import engine.report
+
+        monkeypatch.setattr(engine.report, "plot_run", lambda rows, out_dir: [])
+    yield
