@@ -26,7 +26,6 @@ LONGEST_FIRST = [
     "test_dropout_vertical_dipsgnn.py",
     "test_dgrec_protocol.py",
     "test_runtime.py",
-    "test_plugin.py",
     "test_verfedgnn_protocol.py",
     "test_dipsgnn_protocol.py",
     "test_run_report.py",

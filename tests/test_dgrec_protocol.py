@@ -292,6 +292,7 @@ def test_privacy_composes_shares_with_dp_accounting(ray_local):
     assert priv["rdp_per_element_order_1.5"] == pytest.approx(0.6273, abs=1e-4)
 
 
+@pytest.mark.slow  # an accuracy check, 60 rounds (12–17 s): `.ci/run` runs `-m slow` too
 def test_small_synthetic_run_beats_random(ray_local):
     ds = synthetic(n_users=30, n_items=60, avg_interactions=10, seed=0)
     params = {"dim": 16, "n_interests": 6, "hidden": 32, "lr": 0.05}

@@ -383,6 +383,7 @@ def test_no_raw_item_id_in_any_message(shared_run):
 # --------------------------------------------------------------------------- accuracy and privacy
 
 
+@pytest.mark.slow  # an accuracy check (8–9 s): `.ci/run` runs `-m slow` too
 @pytest.mark.ray
 def test_tiny_run_beats_popularity(ray_local):
     ds = synthetic(n_users=30, n_items=60, avg_interactions=10, seed=0)

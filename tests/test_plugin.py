@@ -79,6 +79,7 @@ def summary_of(out: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
+@pytest.mark.slow  # pip-installs examples/pfedrec (≈ 20 s): `.ci/run` runs `-m slow` too
 def test_entry_point_lists_pfedrec_with_flags_from_its_config(privrec, tmp_path):
     listed = ok(run([privrec, "--help"], tmp_path))
     assert "pfedrec" in listed  # among --protocol's choices
