@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import write_result
+from benchmarks.common import K10_SPLIT, write_result
 from data.registry import load_dataset
 from data.types import RecDataset
 from engine import RunSettings, run
@@ -204,14 +204,7 @@ def main() -> None:
     p.add_argument("--out", default="runs")
     args = p.parse_args()
 
-    ds = load_dataset(
-        args.dataset,
-        args.data_dir,
-        split="random",
-        seed=0,
-        min_user_interactions=10,
-        min_item_interactions=10,
-    )
+    ds = load_dataset(args.dataset, args.data_dir, seed=0, **K10_SPLIT)
     base, dlgnn_base = json.loads(args.params), json.loads(args.dlgnn_params)
     figures = {
         "dataset": {

@@ -94,8 +94,8 @@ def _one_torch_thread():
 
 # The test files whose runs draw their PNGs: the report's own tests, a golden run of every
 # protocol (each protocol's rows plotted), and the command line as a user runs it. Elsewhere a
-# run's plots (about 1.5 s of matplotlib per run here, 90 s of the suite in all) are skipped:
-# nothing else looks at them.
+# run's plots are skipped (seconds of matplotlib a run; RESULTS.md has the figures): nothing else
+# looks at them.
 PLOTTING_TESTS = {
     "test_run_report.py",
     "test_golden.py",

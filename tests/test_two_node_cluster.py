@@ -3,10 +3,10 @@
 Two ``ray start`` processes (a head and a worker with one CPU and one declared GPU each: two
 raylets, two object stores), token authentication on (``RAY_AUTH_MODE=token`` and a token of
 this test's own in ``RAY_AUTH_TOKEN`` on every process), and ``launch.py --address HEAD --hosts
-4`` run as a user would, in a subprocess. Its results and byte counts must equal the same run on one local node
-(the tests' own Ray instance), with the bytes that went between the two nodes reported apart,
-and each host actor must report its node and the share of a GPU it asked for (``--gpus-per-host``).
-A driver without the token must fail at once, saying what to set.
+4`` run as a user would, in a subprocess. Its results and byte counts must equal the same run on
+one local node (the tests' own Ray instance), with the bytes that went between the two nodes
+reported apart, and each host actor must report its node and the share of a GPU it asked for
+(``--gpus-per-host``). A driver without the token must fail at once, saying what to set.
 
 The raylets get their own temporary directory and free ports, and are stopped by their process
 ids (never ``ray stop``, which would stop every Ray instance on the machine).
