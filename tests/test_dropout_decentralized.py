@@ -235,6 +235,34 @@ def test_decoding_divides_by_the_gradients_held(mechanism):
         decode_held({}, c)
 
 
+@pytest.mark.parametrize("mechanism", ["onebit", "float"])
+def test_a_member_keeps_a_running_sum_not_every_gradient(mechanism):
+    """Without a defence a member holds Σ_j x_j, not the k vectors (DLGNN's neighbourhoods of
+    ≈ 100 would otherwise hold 100 gradients each), and the mean it decodes in arrival order is
+    the mean of the k stacked vectors in origin order, to the bit."""
+    from protocols.dgrec.messages import HeldShares
+
+    c = DGRECConfig(mechanism=mechanism, clip=0.1, beta=1.0)
+    gen = torch.Generator().manual_seed(1)
+    grads = [torch.randn(2000, generator=gen) * 10.0 ** -(i % 5) for i in range(40)]
+    if mechanism == "onebit":
+        codes = [encode_onebit(g, c.clip, c.beta, gen) for g in grads]
+        encoded = [wire.encode_signs(code) for code in codes]
+        stacked = np.stack([code.numpy() for code in codes]).astype(np.float64)
+        expected = (stacked.mean(axis=0) * onebit_scale(c.clip, c.beta)).astype(np.float32)
+    else:
+        encoded = [wire.encode_dense(g.numpy()) for g in grads]
+        stacked = np.stack([g.numpy() for g in grads]).astype(np.float64)
+        expected = stacked.mean(axis=0).astype(np.float32)
+    held = HeldShares(c)
+    for o in np.random.default_rng(0).permutation(len(grads)).tolist():
+        held.add(o, encoded[o])
+    assert len(held) == len(grads) and 7 in held and held._kept == {}
+    np.testing.assert_array_equal(held.mean(), expected)
+    with pytest.raises(ValueError, match="twice"):
+        held.add(7, encoded[7])
+
+
 def test_a_member_decodes_what_reached_it_when_a_host_dies_mid_gossip(ray_local):
     """A host killed after gossip step 1: what had to pass through its users after that step never
     arrives; every surviving member's SGD step is −lr times eq. 6 over exactly the gradients it

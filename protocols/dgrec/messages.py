@@ -18,7 +18,7 @@ import torch
 
 from cluster import validate as v
 from cluster import wire
-from privacy.onebit import decode_onebit_mean, encode_onebit, onebit_scale
+from privacy.onebit import encode_onebit, onebit_scale
 
 
 def encode_status(loss: float, count: int) -> bytes:
@@ -69,36 +69,68 @@ def encode_gradient(
     return wire.encode_dense(grad.numpy())
 
 
-def decode_held(held: dict[int, bytes], config, threat=None) -> np.ndarray:
-    """The mean of the encoded gradients a member holds at the end of the gossip (its own and those
-    that arrived), float32 [n_s]: eq. 6 for one-bit codes, δ(e^β+1)/(e^β−1) · (1/k)·Σ_j b_j with k =
-    ``len(held)``, the number actually held; the plain mean of the k vectors otherwise. Origins are
-    read in increasing order. ``config``: a DGRECConfig.
+class HeldShares:
+    """The encoded gradients a member holds during the gossip (its own and those that arrived),
+    and their mean at the end (:meth:`mean`): eq. 6 for one-bit codes, δ(e^β+1)/(e^β−1) ·
+    (1/k)·Σ_j b_j with k the number actually held; the plain mean of the k vectors otherwise.
+    ``config``: a DGRECConfig.
 
-    With a defence (``threat.defence``, adversaries/defences.py :func:`combine`) the mean over
-    the k held vectors is replaced by their robust combination: of the ±1 codes for one-bit
+    Without a defence only the running float64 sum Σ_j x_j and the origins are kept: a member of a
+    neighbourhood of m users ends up holding m gradients of n_s elements, so keeping them all
+    costs Σ m²·n_s floats a round (DLGNN on ciao: ≈ 10 GB on one host), the sum m·n_s. With a
+    defence (``threat.defence``, adversaries/defences.py :func:`combine`) the mean is replaced by
+    a robust combination of the k decoded vectors, so those are kept: of the ±1 codes for one-bit
     (then times eq. 6's δ(e^β+1)/(e^β−1); the coordinate median is then a majority vote, and
     ``norm-bound`` changes nothing, every code having the norm √n_s), of the float vectors
     otherwise."""
-    if not held:
-        raise ValueError("no gradient to decode")
-    origins = sorted(held)
-    if threat is not None and threat.defence:
-        from adversaries.defences import combine
 
-        params = dict(threat.defence_params)
-        if config.mechanism == "onebit":
-            bits = np.stack([wire.decode_signs(held[o]) for o in origins])
-            centre = combine(bits, threat.defence, params)
-            return (centre * onebit_scale(config.clip, config.beta)).astype(np.float32)
-        vecs = np.stack([wire.decode_dense(held[o]) for o in origins])
-        return combine(vecs, threat.defence, params).astype(np.float32)
-    if config.mechanism == "onebit":  # eq. 6
-        bits = np.stack([wire.decode_signs(held[o]) for o in origins])
-        return decode_onebit_mean(bits, config.clip, config.beta)
-    return np.mean(
-        np.stack([wire.decode_dense(held[o]) for o in origins]).astype(np.float64), axis=0
-    ).astype(np.float32)
+    def __init__(self, config, threat=None):
+        self.onebit = config.mechanism == "onebit"
+        self.scale = onebit_scale(config.clip, config.beta) if self.onebit else 1.0
+        self.defence = threat.defence if threat is not None else ""
+        self.defence_params = dict(threat.defence_params) if self.defence else {}
+        self.origins: set[int] = set()
+        self._sum: np.ndarray | None = None
+        self._kept: dict[int, np.ndarray] = {}  # origin → decoded vector (with a defence only)
+
+    def __contains__(self, origin: int) -> bool:
+        return origin in self.origins
+
+    def __len__(self) -> int:
+        return len(self.origins)
+
+    def add(self, origin: int, encoded: bytes) -> None:
+        if origin in self.origins:
+            raise ValueError(f"gradient of user {origin} held twice")
+        x = wire.decode_signs(encoded) if self.onebit else wire.decode_dense(encoded)
+        self.origins.add(origin)
+        if self.defence:
+            self._kept[origin] = x
+        elif self._sum is None:
+            self._sum = x.astype(np.float64)
+        else:
+            self._sum += x
+
+    def mean(self) -> np.ndarray:
+        """float32 [n_s]: eq. 6 (or the robust combination) over the k held gradients."""
+        if not self.origins:
+            raise ValueError("no gradient to decode")
+        if self.defence:
+            from adversaries.defences import combine
+
+            vecs = np.stack([self._kept[o] for o in sorted(self._kept)])
+            return (combine(vecs, self.defence, self.defence_params) * self.scale).astype(
+                np.float32
+            )
+        return (self._sum / len(self.origins) * self.scale).astype(np.float32)
+
+
+def decode_held(held: dict[int, bytes], config, threat=None) -> np.ndarray:
+    """:meth:`HeldShares.mean` of the encoded gradients in ``held`` (origin → encoded)."""
+    shares = HeldShares(config, threat)
+    for origin in sorted(held):
+        shares.add(origin, held[origin])
+    return shares.mean()
 
 
 def share_message_size(k: int, n_s: int, mechanism: str = "onebit") -> int:

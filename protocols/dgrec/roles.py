@@ -41,7 +41,7 @@ from models.dgrec_factory import grad_vector, load_vector, public_model, split_p
 from nodes.node import Node, NodeContext, expect_kinds, node_seed
 from protocols.dgrec import messages as msgs
 from protocols.dgrec.messages import (
-    decode_held,
+    HeldShares,
     decode_share,
     decode_status,
     encode_gradient,
@@ -103,7 +103,7 @@ class DGRECUser(Node):
         self.hop = -1
         self.parent: int | None = None
         self.children: list[int] = []
-        self.held: dict[int, bytes] = {}  # origin → its encoded gradient
+        self.held: HeldShares | None = None  # the gradients held this round (eq. 6)
 
     @property
     def tree_neighbours(self) -> list[int]:
@@ -280,7 +280,8 @@ class DGRECUser(Node):
         """Gossip step 1: encode the local gradient (eq. 5) and send it to the tree neighbours."""
         self.children.sort()
         encoded = self.encode_own(grad)
-        self.held = {self.index: encoded}
+        self.held = HeldShares(self.config, self.threat)
+        self.held.add(self.index, encoded)
         self.loss_value = loss
         self.status_dirty = True
         self.report("loss", loss)
@@ -298,10 +299,11 @@ class DGRECUser(Node):
             grad, self.config, self.public.laplace_scale, self.rng, self.torch_generator
         )
 
-    def _receive_shares(self, inbox) -> dict[int, set[int]]:
-        """Store first-seen gradients; returns origin → senders for the ones new at this step."""
+    def _receive_shares(self, inbox) -> dict[int, tuple[bytes, set[int]]]:
+        """Hold first-seen gradients; returns origin → (encoded, senders) for the ones new at
+        this step: the encoded ones are needed only until they are forwarded, in this step."""
         expect_kinds(inbox, "share", node=self.id)
-        fresh: dict[int, set[int]] = {}
+        fresh: dict[int, tuple[bytes, set[int]]] = {}
         tree = set(self.tree_neighbours)
         for m in inbox:
             src = index_of(m.src)
@@ -309,21 +311,21 @@ class DGRECUser(Node):
                 raise ValueError(f"{self.id}: share from {m.src}, not a tree neighbour")
             for origin, enc in decode_share(m.payload):
                 if origin in fresh:
-                    fresh[origin].add(src)
+                    fresh[origin][1].add(src)
                 elif origin not in self.held:
-                    self.held[origin] = enc
-                    fresh[origin] = {src}
+                    self.held.add(origin, enc)
+                    fresh[origin] = (enc, {src})
         return fresh
 
     def _gossip(self, inbox) -> None:
         fresh = self._receive_shares(inbox)
         for v in self.tree_neighbours:
-            origins = sorted(o for o, senders in fresh.items() if v not in senders)
+            origins = sorted(o for o, (_, senders) in fresh.items() if v not in senders)
             if origins:
                 self.send(
                     "share",
                     node_id("user", v),
-                    encode_share(origins, [self.held[o] for o in origins]),
+                    encode_share(origins, [fresh[o][0] for o in origins]),
                 )
 
     def _update(self, inbox) -> None:
@@ -331,9 +333,9 @@ class DGRECUser(Node):
         if not self.in_tree:
             return
         lr = self.config.step_size(self.round)
-        origins = sorted(self.held)
+        origins = sorted(self.held.origins)
         # eq. 6 over the gradients that arrived, or the run's defence (adversaries/defences.py)
-        mean = decode_held(self.held, self.config, self.threat)
+        mean = self.held.mean()
         with torch.no_grad():
             theta = parameters_to_vector(self.shared_params)
             load_vector(theta - lr * torch.from_numpy(mean), self.shared_params)
@@ -348,7 +350,7 @@ class DGRECUser(Node):
             "children": list(self.children),
             "held": origins,
         }
-        self.held = {}  # the round's gradients are spent: not kept in memory or checkpoints
+        self.held = None  # the round's gradients are spent: not kept in memory or checkpoints
         self.private_grad = None
 
     @staticmethod
