@@ -141,6 +141,22 @@ def class_batches(nodes: dict[str, Node], active) -> list[tuple[type, list[str]]
     return sorted(by_class.items(), key=lambda kv: kv[0].__name__)
 
 
+def _round_log(round_) -> dict:
+    """What a participant's rollback needs in round ``round_`` (Host._remember): round-start
+    pickles (``blobs``, ``where``: node → blob), the supersteps to replay (``steps``), per class
+    the pickle a replay starts from where the log restarted (``base``), the classes whose batched
+    pass ran (``ran``) and those that keep no inboxes now (``unlogged``)."""
+    return {
+        "round": round_,
+        "blobs": [],
+        "where": {},
+        "steps": [],
+        "base": {},
+        "ran": set(),
+        "unlogged": set(),
+    }
+
+
 # The seed of torch's global RNG in this process (drawn when torch was loaded; it differs between
 # processes): a reset host puts the RNG back in the state that seed gives, which is the state torch
 # was loaded with, so a reused actor computes what a new one would even where a model draws from
@@ -199,7 +215,7 @@ class Host:
         # ((round, training?), participants that ran a handler in it): the share that failed
         self._ran: tuple = (None, set())
         # what a participant's rollback needs this round (see _handle)
-        self._round_log: dict = {"round": None, "blobs": [], "where": {}, "steps": []}
+        self._round_log: dict = _round_log(None)
 
     def reset(self, index: int, seed: int, shared: Shared, num_cpus: float, conditions=None):
         """Become the fresh host the constructor makes with these arguments (cluster.runtime
@@ -265,7 +281,7 @@ class Host:
             node.ctx = self.ctx
         self.nodes = state["nodes"]
         self.local_inbox = state["local_inbox"] if keep_mail else []
-        self._round_log = {"round": None, "blobs": [], "where": {}, "steps": []}
+        self._round_log = _round_log(None)
         return len(self.local_inbox)
 
     def info(self) -> dict:
@@ -342,6 +358,7 @@ class Host:
                 rejected[(m.kind, bad.reason)] += 1
                 continue
             inbox[m.dst].append(m)
+        del incoming  # the inboxes hold the messages now (and may let them go once handled)
         for msgs in inbox.values():  # a deterministic order, whatever the placement
             msgs.sort(key=lambda m: m.src)
 
@@ -359,6 +376,7 @@ class Host:
         clock = bool(ctrl.get("clock"))
         deadline = cond.deadline if clock else 0.0
         t_start = float(ctrl.get("t_start", 0.0))
+        inbound = {n: sum(len(m.payload) for m in box) for n, box in inbox.items()} if clock else {}
         ledger = Ledger()
         tapped: list[Message] = []
         reports: dict[str, list[float]] = defaultdict(list)
@@ -396,7 +414,7 @@ class Host:
                         seed,
                         n.id,
                         share,
-                        sum(len(m.payload) for m in inbox.get(n.id, ())),
+                        inbound.get(n.id, 0),
                         sum(len(m.payload) for m in keep),
                     )
                     if deadline > 0 and t_start + t_n > deadline and cond.participant(n.id):
@@ -454,12 +472,14 @@ class Host:
 
         A participant that raises has failed for the round, as if it had been offline all round:
         the host keeps each participant's state as the round found it (pickled once per round, at
-        its first training superstep, :meth:`_remember`) and the inboxes of the round's training
-        supersteps. When a batch raises, its nodes are put back as the round found them, replay the
-        round's earlier supersteps (their outputs were sent then; now they are dropped), and run
-        this superstep again one at a time (a batched handler gives each node what it would get
-        alone): the nodes that did not raise keep their result; one that raises alone is put back
-        as the round found it, its outputs dropped, and has failed for the round."""
+        its first training superstep, :meth:`_remember`). A phase the class handles node by node
+        (``Node.batches``) runs one node at a time: one that raises is put back as the round found
+        it, its outputs dropped, and the others are not touched. When a batched pass raises, its
+        nodes are put back as the round found them, replay the round's earlier supersteps from the
+        inboxes the host kept for that (their outputs were sent then; now they are dropped), and
+        run this superstep again one at a time (a batched handler gives each node what it would
+        get alone): the nodes that did not raise keep their result; one that raises alone is put
+        back as the round found it, its outputs dropped, and has failed for the round."""
         nodes = [self.nodes[n] for n in nids]
         for n in nodes:
             n.round, n.phase = round_, phase
@@ -468,8 +488,11 @@ class Host:
         participant = cond.participant(nids[0])
         training = not is_eval_phase(phase)  # evaluation leaves a node's state as it was
         keep = participant and training and cond.failure_rollback
+        batched = cls.batches(phase)
         if keep:
-            self._remember(cls, round_, phase, nids, nodes, inboxes)
+            logged = self._remember(cls, round_, phase, nids, nodes, inboxes, batched)
+            if not batched:
+                return self._one_by_one(cls, nids, nodes, inboxes, round_, phase, not logged)
         try:
             cls.handle_batch(nodes, phase, inboxes)
             return nids, [], None
@@ -498,18 +521,56 @@ class Host:
                 done.append(nid)
         return done, raised, None
 
-    def _remember(self, cls, round_: int, phase: str, nids, nodes, inboxes) -> None:
+    def _one_by_one(self, cls, nids, nodes, inboxes, round_: int, phase: str, release: bool):
+        """A phase the class handles node by node, with a rollback copy kept: each node alone; one
+        that raises is put back as the round found it, its outputs dropped. ``release``: the
+        inboxes are not kept for a replay, so each is let go once its node has handled it (on a
+        gossip step the step's traffic then leaves memory as the next step's comes in)."""
+        done, raised = [], []
+        for nid, node, box in zip(nids, nodes, inboxes):
+            try:
+                cls.handle_batch([node], phase, [box])
+            except Exception as e:
+                node._drain()
+                self.nodes[nid] = self._as_round_began([nid])[nid]
+                raised.append(_fault(nid, round_, phase, e))
+            else:
+                done.append(nid)
+                if release:
+                    box.clear()
+        return done, raised, None
+
+    def _remember(self, cls, round_: int, phase: str, nids, nodes, inboxes, batched) -> bool:
         """Keep what a rollback needs: the state of each participant as the round found it
-        (pickled at its first training superstep of the round) and this superstep's inboxes."""
+        (pickled at its first training superstep of the round) and, until the class's first
+        batched phase of the round (``BATCHED_PHASES``) has run, the inboxes of its supersteps, to
+        replay them should that pass raise. After it the phases it handles node by node keep no
+        inboxes (on a gossip round those are the round's whole traffic); should another batched
+        phase come in the same round, its class's nodes are pickled as they are then, the start
+        of their replay. Returns whether this superstep's inboxes are kept."""
         log = self._round_log
         if log["round"] != round_:
-            log = self._round_log = {"round": round_, "blobs": [], "where": {}, "steps": []}
+            log = self._round_log = _round_log(round_)
         new = [n for n in nodes if n.id not in log["where"]]
         if new:
             log["blobs"].append(self._pickle_nodes(new))
             for n in new:
                 log["where"][n.id] = len(log["blobs"]) - 1
+        if batched and cls in log["unlogged"]:  # the replay starts here, for all its nodes
+            mine = [self.nodes[nid] for nid in log["where"] if type(self.nodes[nid]) is cls]
+            log["base"][cls] = self._pickle_nodes(mine)
+            log["steps"] = [s for s in log["steps"] if s[0] is not cls]
+            log["unlogged"].discard(cls)
+        elif not batched and cls in log["ran"] and cls.batched_phases() is not None:
+            if cls not in log["unlogged"]:  # its batched pass ran: no replay to keep inboxes for
+                log["unlogged"].add(cls)
+                log["steps"] = [s for s in log["steps"] if s[0] is not cls]
+                log["base"].pop(cls, None)
+            return False
+        if batched:
+            log["ran"].add(cls)
         log["steps"].append((cls, phase, list(nids), inboxes))
+        return True
 
     def _as_round_began(self, nids) -> dict[str, Node]:
         """Fresh copies of the nodes ``nids`` as the round found them."""
@@ -522,9 +583,13 @@ class Host:
 
     def _replayed(self, cls, nids) -> list[Node]:
         """The nodes ``nids`` as they were before this superstep: put back as the round found
-        them, then the round's earlier supersteps of their class run again on them, in order,
-        with the inboxes they had (what they send or report is dropped: it stood the first time)."""
+        them (or as they were when the replay log of their class restarted), then the round's
+        earlier supersteps of their class run again on them, in order, with the inboxes they had
+        (what they send or report is dropped: it stood the first time)."""
         start = self._as_round_began(nids)
+        base = self._round_log["base"].get(cls)
+        if base is not None:
+            start.update({n.id: n for n in self._unpickle_nodes(base) if n.id in start})
         for step_cls, phase, step_nids, boxes in self._round_log["steps"][:-1]:
             if step_cls is not cls:
                 continue

@@ -70,6 +70,24 @@ class Node:
     # payload's check). The host drops and counts what fails; None accepts everything (a class
     # that declares nothing, e.g. a plugin's, leaves every check to its handler).
     ACCEPTS: ClassVar[dict | None] = None
+    # The phases (name before any "/") whose handle_batch is one pass over the whole batch, so that
+    # one node raising leaves the others' results unknown. None: every phase, where the class
+    # overrides handle_batch; a class that keeps the node-by-node handle_batch batches none.
+    BATCHED_PHASES: ClassVar[frozenset[str] | None] = None
+
+    @classmethod
+    def batched_phases(cls) -> frozenset[str] | None:
+        """``BATCHED_PHASES``, or none where the class keeps the node-by-node handle_batch."""
+        if getattr(cls.handle_batch, "__func__", None) is Node.handle_batch.__func__:
+            return frozenset()
+        return cls.BATCHED_PHASES
+
+    @classmethod
+    def batches(cls, phase: str) -> bool:
+        """Whether ``handle_batch`` runs ``phase`` as one pass over its nodes (see
+        ``BATCHED_PHASES``); otherwise the host may run the nodes one at a time."""
+        declared = cls.batched_phases()
+        return declared is None or phase.split("/", 1)[0] in declared
 
     def __init__(self, nid: str, ctx: NodeContext):
         if role_of(nid) != self.role:

@@ -61,6 +61,7 @@ class DGRECUser(Node):
         "join": Accept(("user",), ("hop", "train"), empty_blob),
         "share": Accept(("user",), ("gossip", "update"), msgs.check_share),
     }
+    BATCHED_PHASES = frozenset({"train", "validate", "eval"})  # handle_batch below
     status_owed: frozenset | set = frozenset()  # (a user from a checkpoint that predates it)
     valid_items = np.zeros(0, dtype=np.int64)  # held out to keep the best model (config.validation)
     best_model: torch.nn.Module | None = None
