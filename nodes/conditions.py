@@ -108,9 +108,9 @@ class Conditions:
     # than this share of the participants that ran in a round failed, the run stops (1: never)
     max_failed_fraction: float = 0.5
     # keep each participant as the round found it (pickled once a round, at its first training
-    # superstep) and the round's inboxes, so that one that raises is put back as the round found
-    # it (its round then equals an offline one's) and the rest of its batch keeps its result
-    # (nodes/host.py Host._handle). The copy costs about a fifth of fedmf's train handler (256
+    # superstep) and, until its class's batched pass has run, the round's inboxes, so that one
+    # that raises is put back as the round found it (its round then equals an offline one's) and
+    # the rest of its batch keeps its result (nodes/host.py Host._handle). The copy costs about a fifth of fedmf's train handler (256
     # users of ml-100k: 65 ms of pickling beside 275 ms of handler). false: no copy; a batch
     # that raises fails all its nodes for the round, left as the exception left them
     failure_rollback: bool = True
