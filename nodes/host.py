@@ -544,10 +544,11 @@ class Host:
         """Keep what a rollback needs: the state of each participant as the round found it
         (pickled at its first training superstep of the round) and, until the class's first
         batched phase of the round (``BATCHED_PHASES``) has run, the inboxes of its supersteps, to
-        replay them should that pass raise. After it the phases it handles node by node keep no
-        inboxes (on a gossip round those are the round's whole traffic); should another batched
-        phase come in the same round, its class's nodes are pickled as they are then, the start
-        of their replay. Returns whether this superstep's inboxes are kept."""
+        replay them should that pass raise. After it, and in every phase of a class that batches
+        none, the phases handled node by node keep no inboxes (on a gossip round those are the
+        round's whole traffic); should another batched phase come in the same round, its class's
+        nodes are pickled as they are then, the start of their replay. Returns whether this
+        superstep's inboxes are kept."""
         log = self._round_log
         if log["round"] != round_:
             log = self._round_log = _round_log(round_)
@@ -556,13 +557,15 @@ class Host:
             log["blobs"].append(self._pickle_nodes(new))
             for n in new:
                 log["where"][n.id] = len(log["blobs"]) - 1
+        declared = cls.batched_phases()
         if batched and cls in log["unlogged"]:  # the replay starts here, for all its nodes
             mine = [self.nodes[nid] for nid in log["where"] if type(self.nodes[nid]) is cls]
             log["base"][cls] = self._pickle_nodes(mine)
             log["steps"] = [s for s in log["steps"] if s[0] is not cls]
             log["unlogged"].discard(cls)
-        elif not batched and cls in log["ran"] and cls.batched_phases() is not None:
-            if cls not in log["unlogged"]:  # its batched pass ran: no replay to keep inboxes for
+        elif not batched and declared is not None and (cls in log["ran"] or not declared):
+            # its batched pass ran, or it has none: no replay to keep inboxes for
+            if cls not in log["unlogged"]:
                 log["unlogged"].add(cls)
                 log["steps"] = [s for s in log["steps"] if s[0] is not cls]
                 log["base"].pop(cls, None)

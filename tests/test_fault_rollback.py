@@ -135,3 +135,41 @@ def test_a_batched_phase_after_unlogged_steps_replays_from_a_fresh_copy():
     phases = ("train/1", "gossip/1", "gossip/2", "train/2", "update")
     logged = _check_rollback((1, "train/2"), phases)
     assert logged == [1, 0, 0, 1, 0, 1, 0, 0, 1, 0]
+
+
+class Plain(Node):
+    """Gossip's node-by-node handler and nothing batched (the default handle_batch), as dmf's
+    users: no phase ever needs a replay."""
+
+    role = "user"
+
+    def __init__(self, nid, ctx):
+        super().__init__(nid, ctx)
+        self.total = 0.0
+
+    def handle(self, phase, inbox):
+        Gossip.handle(self, phase, inbox)
+
+
+def test_a_class_that_batches_nothing_keeps_no_inboxes_and_still_rolls_back():
+    def run(fail):
+        Gossip.fail = fail
+        host = Host(0, seed=5, shared=Shared(), num_cpus=1, conditions=Conditions())
+        host.add_nodes([(Plain, f"user/{i}", {}) for i in range(3)])
+        host.set_route({f"user/{i}": 0 for i in range(3)})
+        faults, logged = [], []
+        for r in range(2):
+            failed: list[str] = []
+            for phase in ("gossip/1", "gossip/2", "update"):
+                res = host.step(r, phase, ["user"], False, {"failed": failed})
+                failed += [f["node"] for f in res.get("faults", ())]
+                faults += [(f["node"], f["round"], f["phase"]) for f in res.get("faults", ())]
+                logged.append(len(host._round_log["steps"]))
+        return host, faults, logged
+
+    clean, _, _ = run(())
+    host, faults, logged = run((1, "gossip/2"))
+    assert faults == [("user/1", 1, "gossip/2")] and logged == [0] * 6
+    for nid in ("user/0", "user/2"):
+        assert host.nodes[nid].rng.random() == clean.nodes[nid].rng.random()
+    assert host.nodes["user/1"].total < clean.nodes["user/1"].total
