@@ -110,9 +110,10 @@ class Conditions:
     # keep each participant as the round found it (pickled once a round, at its first training
     # superstep) and, until its class's batched pass has run, the round's inboxes, so that one
     # that raises is put back as the round found it (its round then equals an offline one's) and
-    # the rest of its batch keeps its result (nodes/host.py Host._handle). The copy costs about a fifth of fedmf's train handler (256
-    # users of ml-100k: 65 ms of pickling beside 275 ms of handler). false: no copy; a batch
-    # that raises fails all its nodes for the round, left as the exception left them
+    # the rest of its batch keeps its result (nodes/host.py Host._handle). The copy costs about a
+    # fifth of fedmf's train handler (256 users of ml-100k: 65 ms of pickling beside 275 ms of
+    # handler). false: no copy; a batch that raises fails all its nodes for the round, left as
+    # the exception left them
     failure_rollback: bool = True
     online_rounds: dict = field(default_factory=dict, compare=False, repr=False)
 

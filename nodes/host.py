@@ -492,7 +492,7 @@ class Host:
         if keep:
             logged = self._remember(cls, round_, phase, nids, nodes, inboxes, batched)
             if not batched:
-                return self._one_by_one(cls, nids, nodes, inboxes, round_, phase, not logged)
+                return self._one_by_one(cls, nids, nodes, inboxes, round_, phase, True, not logged)
         try:
             cls.handle_batch(nodes, phase, inboxes)
             return nids, [], None
@@ -506,33 +506,26 @@ class Host:
         if training and not keep:  # no copy kept (failure_rollback off): the batch failed
             return [], [_fault(nid, round_, phase, error) for nid in nids], None
         fresh = self._replayed(cls, nids) if keep else nodes
+        return self._one_by_one(cls, nids, fresh, inboxes, round_, phase, keep, False)
+
+    def _one_by_one(
+        self, cls, nids, nodes, inboxes, round_: int, phase: str, restore: bool, release: bool
+    ):
+        """Run ``nodes`` (which become this host's nodes ``nids``) one at a time; one that raises
+        has its outputs dropped and, with ``restore`` (a rollback copy is kept), is put back as the
+        round found it: nothing it did this round stands. ``release``: the inboxes are not kept
+        for a replay, so each is let go once its node has handled it (on a gossip step the step's
+        traffic then leaves memory as the next step's comes in)."""
         done, raised = [], []
-        for nid, node, box in zip(nids, fresh, inboxes):
+        for nid, node, box in zip(nids, nodes, inboxes):
             node.round, node.phase = round_, phase
             self.nodes[nid] = node
             try:
                 cls.handle_batch([node], phase, [box])
             except Exception as e:
                 node._drain()
-                if keep:  # as the round found it: nothing it did this round stands
+                if restore:
                     self.nodes[nid] = self._as_round_began([nid])[nid]
-                raised.append(_fault(nid, round_, phase, e))
-            else:
-                done.append(nid)
-        return done, raised, None
-
-    def _one_by_one(self, cls, nids, nodes, inboxes, round_: int, phase: str, release: bool):
-        """A phase the class handles node by node, with a rollback copy kept: each node alone; one
-        that raises is put back as the round found it, its outputs dropped. ``release``: the
-        inboxes are not kept for a replay, so each is let go once its node has handled it (on a
-        gossip step the step's traffic then leaves memory as the next step's comes in)."""
-        done, raised = [], []
-        for nid, node, box in zip(nids, nodes, inboxes):
-            try:
-                cls.handle_batch([node], phase, [box])
-            except Exception as e:
-                node._drain()
-                self.nodes[nid] = self._as_round_began([nid])[nid]
                 raised.append(_fault(nid, round_, phase, e))
             else:
                 done.append(nid)
