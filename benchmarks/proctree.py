@@ -23,13 +23,14 @@ import psutil
 MIB = 2**20
 
 
-def sample(root: psutil.Process, me: int) -> tuple[int, int, int, dict]:
+def sample(root: psutil.Process, me: int) -> tuple[int, int, int, dict, list]:
     try:
         procs = [root, *root.children(recursive=True)]
     except psutil.Error:
-        return 0, 0, 0, {}
+        return 0, 0, 0, {}, []
     rss = pss = n = 0
     names: dict[str, int] = {}
+    each: list[dict] = []
     for p in procs:
         if p.pid == me:
             continue
@@ -42,7 +43,16 @@ def sample(root: psutil.Process, me: int) -> tuple[int, int, int, dict]:
         pss += getattr(info, "pss", info.rss)
         n += 1
         names[name] = names.get(name, 0) + info.rss
-    return rss, pss, n, names
+        each.append(
+            {
+                "name": name,
+                "rss": info.rss,
+                "pss": getattr(info, "pss", info.rss),
+                "uss": getattr(info, "uss", info.rss),
+                "shared": getattr(info, "shared", 0),
+            }
+        )
+    return rss, pss, n, names, each
 
 
 def main() -> None:
@@ -61,14 +71,14 @@ def main() -> None:
     signal.signal(signal.SIGINT, on_signal)
     me = os.getpid()
     root = psutil.Process(args.root)
-    peak = {"rss": 0, "pss": 0, "processes_at_peak_rss": 0, "rss_by_name_at_peak": {}}
+    peak = {"rss": 0, "pss": 0, "processes_at_peak_rss": 0, "rss_by_name_at_peak": {}, "each": []}
     samples = 0
     t0 = time.perf_counter()
     while not stop and root.is_running() and root.status() != psutil.STATUS_ZOMBIE:
-        rss, pss, n, names = sample(root, me)
+        rss, pss, n, names, each = sample(root, me)
         samples += 1
         if rss > peak["rss"]:
-            peak.update(rss=rss, processes_at_peak_rss=n, rss_by_name_at_peak=names)
+            peak.update(rss=rss, processes_at_peak_rss=n, rss_by_name_at_peak=names, each=each)
         peak["pss"] = max(peak["pss"], pss)
         time.sleep(args.interval)
     doc = {
@@ -78,6 +88,13 @@ def main() -> None:
         "rss_mib_by_process_name_at_peak": {
             k: round(v / MIB, 1) for k, v in sorted(peak["rss_by_name_at_peak"].items())
         },
+        # each process at the peak: RSS, PSS, USS (pages it alone maps) and shared (resident pages
+        # backed by a file or shared memory, Ray's object store among them), largest first
+        "processes_mib_at_peak": [
+            {k: (round(v / MIB, 1) if k != "name" else v) for k, v in p.items()}
+            for p in sorted(peak["each"], key=lambda p: -p["rss"])
+            if p["rss"] >= 16 * MIB
+        ],
         "samples": samples,
         "interval_seconds": args.interval,
         "watched_seconds": time.perf_counter() - t0,

@@ -40,6 +40,7 @@ import ray
 from ray.exceptions import ObjectLostError, RayActorError
 
 from cluster.ledger import Ledger, is_eval_phase
+from cluster.message import join_batch
 from cluster.runtime import PlacedActors, host_cpu_share, spawn_spread
 from data.partition import partition_users
 from nodes.conditions import Conditions
@@ -454,7 +455,7 @@ class Deployment:
         return {
             "route": dict(self.route),
             "hosts": ray.get([h.snapshot.remote() for h in self.hosts]),
-            "pending": [[bytes(ray.get(ref)) for _, ref in refs] for refs in self._pending],
+            "pending": [[join_batch(ray.get(ref)) for _, ref in refs] for refs in self._pending],
             "ledger": self.ledger.export(),
         }
 
@@ -465,7 +466,7 @@ class Deployment:
         snapshot round when a server fails)."""
         return {
             "route": dict(self.route),
-            "pending": [[bytes(ray.get(ref)) for _, ref in refs] for refs in self._pending],
+            "pending": [[join_batch(ray.get(ref)) for _, ref in refs] for refs in self._pending],
             "ledger": self.ledger.export(),
         }
 

@@ -74,6 +74,10 @@ class Node:
     # one node raising leaves the others' results unknown. None: every phase, where the class
     # overrides handle_batch; a class that keeps the node-by-node handle_batch batches none.
     BATCHED_PHASES: ClassVar[frozenset[str] | None] = None
+    # True where the class's handlers read each payload during the superstep and keep none of it
+    # (an aggregating server that sums what arrives): the host then delivers payloads as read-only
+    # views of the batch it received, not copies (cluster.message.decode_batch's in_place).
+    READS_IN_PLACE: ClassVar[bool] = False
 
     @classmethod
     def batched_phases(cls) -> frozenset[str] | None:

@@ -31,6 +31,7 @@ from nodes.node import Node, NodeContext, Shared, decode_shared, expect_kinds
 from protocols.base import Protocol, ProtocolConfig, require
 
 SERVER = node_id("server", 0)
+_CHUNK = 256  # users a host echoes in one vectorised pass
 
 
 def client_delta(user: int, increment: float) -> float:
@@ -62,6 +63,7 @@ def check_vector(payload: bytes, shared) -> None:
 
 class EchoServer(Node):
     role = "server"
+    READS_IN_PLACE = True  # it sums the echoes as they stand in the received batch
     ACCEPTS = {"echo": v.Accept(("user",), ("aggregate",), check_vector)}
 
     def __init__(self, nid: str, ctx: NodeContext):
@@ -106,12 +108,16 @@ class EchoUser(Node):
         for n, inbox in zip(nodes, inboxes):
             expect_kinds(inbox, "vector", node=n.id)
         vecs = decode_shared(inboxes, "vector", wire.decode_dense)
-        if all(v is vecs[0] for v in vecs):  # one broadcast: every user of this host in one pass
-            out = vecs[0][None, :] + np.array([n.delta for n in nodes], dtype=np.float32)[:, None]
-        else:
-            out = np.stack([v + n.delta for v, n in zip(vecs, nodes)])
-        for n, row in zip(nodes, out):
-            n.send("echo", SERVER, wire.encode_dense(row))
+        deltas = np.array([n.delta for n in nodes], dtype=np.float32)[:, None]
+        broadcast = all(v is vecs[0] for v in vecs)
+        for a in range(0, len(nodes), _CHUNK):  # a chunk of users at a time: vectorised, and
+            b = min(a + _CHUNK, len(nodes))  # no host-sized matrix beside the replies
+            if broadcast:  # one broadcast: the chunk's users in one pass
+                out = vecs[0][None, :] + deltas[a:b]
+            else:
+                out = np.stack(vecs[a:b]) + deltas[a:b]
+            for n, row in zip(nodes[a:b], out):
+                n.send("echo", SERVER, wire.encode_dense(row))
 
 
 class Echo(Protocol):
