@@ -453,8 +453,10 @@ def run_sweeps(args) -> tuple[dict, dict]:
 
 def combine(names: list[str], targets: list[int]) -> tuple[dict, dict]:
     """The protocols of earlier results of this benchmark (benchmarks/out/NAME.json) in one; where
-    two files measured a protocol at the same size, the later file's figures are kept."""
+    two files measured a protocol at the same size, the later file's figures are kept, and a
+    protocol is stopped where its smallest size that did not run says so."""
     figures: dict[str, dict] = {}
+    why: dict[tuple[str, int], str] = {}  # (protocol, users) -> the stop that size met
     header: dict = {"combined_from": []}
     for name in names:
         path = OUT / f"{name}.json"
@@ -468,8 +470,12 @@ def combine(names: list[str], targets: list[int]) -> tuple[dict, dict]:
             merged = figures.setdefault(protocol, {"sizes": [], "stopped": None})
             sizes = {s["users"]: s for s in merged["sizes"] + fig["sizes"]}
             merged["sizes"] = [sizes[u] for u in sorted(sizes)]
-            merged["stopped"] = fig["stopped"] or merged["stopped"]
-    for fig in figures.values():
+            failed = [s["users"] for s in fig["sizes"] if s["status"] != "ok"]
+            if fig["stopped"] and failed:
+                why[(protocol, min(failed))] = fig["stopped"]
+    for protocol, fig in figures.items():
+        failed = [s["users"] for s in fig["sizes"] if s["status"] != "ok"]
+        fig["stopped"] = why.get((protocol, min(failed))) if failed else None
         ok = [(s["users"], s["peak_pss_mib"]) for s in fig["sizes"] if s["status"] == "ok"]
         fig["largest_population_reached_here"] = max((u for u, _ in ok), default=None)
         fig["extrapolation"] = extrapolate(ok, targets)

@@ -69,3 +69,28 @@ def test_an_unknown_protocol_is_one_line_and_exit_status_2(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("benchmarks.scale: --protocol fedmff"), lines
     assert "Traceback" not in done.stderr and done.stdout == ""
     assert list(tmp_path.iterdir()) == [] and not (OUT / "never-written.json").exists()
+
+
+def test_combine_keeps_the_later_figure_and_the_stop_of_the_size_that_did_not_run(
+    monkeypatch, tmp_path
+):
+    from benchmarks import scale
+
+    def sizes(*pairs):
+        return [{"users": u, "status": st, "peak_pss_mib": 1000.0 + u / 10} for u, st in pairs]
+
+    refused = {
+        "sizes": sizes((1000, "ok"), (10000, "skipped")),
+        "stopped": "10000 users would not fit",
+    }
+    ran = {"sizes": sizes((10000, "ok")), "stopped": None}
+    for name, fig in (("refused", refused), ("ran", ran)):
+        doc = {"command": name, "figures": {"protocols": {"p": fig}}}
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    monkeypatch.setattr(scale, "OUT", tmp_path)
+    later_ran, _ = scale.combine(["refused", "ran"], [])
+    assert later_ran["p"]["stopped"] is None
+    assert later_ran["p"]["largest_population_reached_here"] == 10000
+    later_refused, _ = scale.combine(["ran", "refused"], [])
+    assert later_refused["p"]["stopped"] == "10000 users would not fit"
+    assert later_refused["p"]["largest_population_reached_here"] == 1000
