@@ -41,6 +41,14 @@ class ClusterInfo:
     started_here: bool
 
 
+# A local instance frees the object-store space of batches no longer referenced every 50 ms (Ray's
+# default: every second). A round at 10,000 clients takes about a second, so with the default the
+# previous round's batches are often still there when the next ones are put, and they go elsewhere in
+# the store: every host then keeps two rounds' pages resident (echo at 10,000 clients: peak RSS
+# 2,718-2,890 MiB with the default, 2,501-2,537 with 50 ms; benchmarks/RESULTS.md).
+LOCAL_SYSTEM_CONFIG = {"free_objects_period_milliseconds": 50}
+
+
 def start_or_join(
     address: str | None = None,
     *,
@@ -64,7 +72,13 @@ def start_or_join(
             # "local": a new instance even when a `ray start` cluster runs on this machine (plain
             # ray.init() would join that one); joining is what --address asks for
             with _local_auth_mode(), _driver_path_for_workers():
-                ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
+                ray.init(
+                    address="local",
+                    num_cpus=num_cpus,
+                    num_gpus=num_gpus,
+                    _system_config=LOCAL_SYSTEM_CONFIG,
+                    **kwargs,
+                )
         started = True
     res = ray.cluster_resources()
     alive = [n for n in ray.nodes() if n.get("Alive")]
