@@ -11,8 +11,9 @@ All the messages a host sends to one other host in a superstep travel as one bat
     n_messages × (round, payload index, kind, src, dst, phase) as u32   # indices into the tables
     n_payloads × length u32 | the payloads, one after another          # identical payloads once
 
-Between hosts a batch travels as its parts (the header up to the payloads, then each payload), so
-the object store takes every payload straight from the node that made it, with no joined copy.
+A large batch travels between hosts as its parts (the header up to the payloads, then each payload),
+so the object store takes every payload straight from the node that made it, with no joined copy
+(nodes/host.py ``_put_batches`` decides which batches do).
 
 A broadcast (the same payload object sent to many nodes of one host) is stored once in the batch,
 which is what a real deployment's multicast would do; the logical ledger still counts it once per
@@ -128,7 +129,7 @@ def join_batch(batch) -> bytes:
 
 
 def _nbytes(buf) -> int:
-    return buf.nbytes if isinstance(buf, memoryview) else memoryview(buf).nbytes
+    return memoryview(buf).nbytes
 
 
 def _lengths(buf: memoryview, pos: int, count: int, dtype: str, what: str) -> np.ndarray:
@@ -184,7 +185,7 @@ def _read_head(mv: memoryview):
     return strings, table, pay_len, pos + 4 * n_payloads
 
 
-def _payload_views(batch) -> tuple[list, list[memoryview], np.ndarray]:
+def _payload_views(batch) -> tuple[list[str], np.ndarray, list[memoryview]]:
     """(strings, message table, a read-only view of each payload) of a batch, joined or as its
     parts, checked against the lengths its header declares."""
     if isinstance(batch, (list, tuple)):

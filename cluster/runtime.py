@@ -44,8 +44,8 @@ class ClusterInfo:
 # A local instance frees the object-store space of batches no longer referenced every 50 ms (Ray's
 # default: every second). A round at 10,000 clients takes about a second, so with the default the
 # previous round's batches are often still there when the next ones are put, and they go elsewhere in
-# the store: every host then keeps two rounds' pages resident (echo at 10,000 clients: peak RSS
-# 2,718-2,890 MiB with the default, 2,501-2,537 with 50 ms; benchmarks/RESULTS.md).
+# the store: every host then keeps two rounds' pages resident (benchmarks/RESULTS.md, "Freed store
+# space reused sooner").
 LOCAL_SYSTEM_CONFIG = {"free_objects_period_milliseconds": 50}
 
 

@@ -25,7 +25,14 @@ import ray
 import ray.cloudpickle as cloudpickle
 
 from cluster.ledger import Ledger, is_eval_phase
-from cluster.message import Message, batch_size, decode_batch, encode_batch_parts, role_of
+from cluster.message import (
+    Message,
+    batch_size,
+    decode_batch,
+    encode_batch_parts,
+    join_batch,
+    role_of,
+)
 from cluster.validate import screen
 from nodes.node import Node, NodeContext, Shared
 
@@ -214,14 +221,13 @@ def _put_batches(outgoing: dict[int, list[Message]], ledger: Ledger, round_: int
     buffer (benchmarks/RESULTS.md). Either way the receiver reads it in place from the store."""
     refs, sizes = {}, {}
     for dst_host, msgs in outgoing.items():
-        head, *payloads = encode_batch_parts(msgs)
-        sizes[dst_host] = size = len(head) + sum(map(batch_size, payloads))
+        head, *payloads = parts = encode_batch_parts(msgs)
+        sizes[dst_host] = size = batch_size(parts)
         ledger.record_crossed(round_, phase, size)
         if size >= _PARTS_FROM and size >= _PARTS_PAYLOAD * len(payloads):
             refs[dst_host] = ray.put([head, *map(pickle.PickleBuffer, payloads)])
         else:  # as a numpy array: stored out of band, read in place (bytes would be copied out)
-            joined = b"".join([head, *payloads])
-            refs[dst_host] = ray.put(np.frombuffer(joined, dtype=np.uint8))
+            refs[dst_host] = ray.put(np.frombuffer(join_batch(parts), dtype=np.uint8))
     return refs, sizes
 
 
