@@ -31,7 +31,23 @@ import numpy as np
 
 from cluster import wire
 
-REASONS = ("kind", "sender", "phase", "malformed", "shape", "range", "nonfinite", "size")
+# kind/sender/phase/malformed/shape/range/nonfinite/size: the host's screen or a handler's check of
+# one payload; "order": ids or tokens not in the order the codec requires; "peer": a sender the
+# receiver's own state does not allow (not a neighbour this round, not a party of this step);
+# "budget": more than the receiver grants one sender (the key server's signatures per user)
+REASONS = (
+    "kind",
+    "sender",
+    "phase",
+    "malformed",
+    "shape",
+    "range",
+    "nonfinite",
+    "size",
+    "order",
+    "peer",
+    "budget",
+)
 
 
 class Invalid(Exception):

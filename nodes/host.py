@@ -432,6 +432,8 @@ class Host:
             nodes = [self.nodes[n] for n in nids]
             share = (time.perf_counter() - tc) / len(nodes)  # each node's share of the batch
             for n in nodes:
+                for key in n._rejected:
+                    rejected[key] += 1
                 out, rep = n._drain()
                 for name, values in rep.items():
                     reports[name].extend(values)

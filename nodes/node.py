@@ -105,6 +105,7 @@ class Node:
         self.phase = ""
         self._outbox: list[Message] = []
         self._reports: dict[str, list[float]] = defaultdict(list)
+        self._rejected: list[tuple[str, str]] = []  # (kind, reason) of messages it dropped
 
     # --- what a handler may do ------------------------------------------------------------------
     @property
@@ -162,6 +163,17 @@ class Node:
     def send(self, kind: str, dst: str, payload: bytes) -> None:
         self._outbox.append(Message(kind, self.id, dst, self.round, self.phase, payload))
 
+    def reject(self, m: Message, reason: str) -> None:
+        """Drop ``m``, which fails a check only this node can make (its sender is not a neighbour
+        this round, a blinded value is not below its own modulus, ids out of order): counted under
+        the run's ``rejected`` by kind and reason (``cluster.validate.REASONS``), like what the
+        host's screen drops. A handler never raises on what a participant sent."""
+        from cluster.validate import REASONS
+
+        if reason not in REASONS:
+            raise ValueError(f"unknown rejection reason {reason!r} (one of {REASONS})")
+        self._rejected.append((m.kind, reason))
+
     def report(self, name: str, value: float) -> None:
         """A figure for the run report (e.g. this user's Recall@20); summed exactly by the driver."""
         self._reports[name].append(float(value))
@@ -177,8 +189,10 @@ class Node:
 
     # --- used by the host ------------------------------------------------------------------------
     def _drain(self) -> tuple[list[Message], dict[str, list[float]]]:
+        """What the handler sent and reported (its rejections are let go too: the host reads
+        ``_rejected`` first where they stand)."""
         out, reports = self._outbox, self._reports
-        self._outbox, self._reports = [], defaultdict(list)
+        self._outbox, self._reports, self._rejected = [], defaultdict(list), []
         return out, reports
 
 
