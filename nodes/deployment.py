@@ -44,6 +44,7 @@ from cluster.message import join_batch
 from cluster.runtime import PlacedActors, host_cpu_share, spawn_spread
 from data.partition import partition_users
 from nodes.conditions import Conditions
+from nodes.envelope import senders_by_role
 from nodes.host import Host, dumps_specs
 from nodes.node import Shared
 
@@ -188,13 +189,14 @@ class Deployment:
         for s, h in zip(specs, self.host_of_spec):
             self._by_host[h].append((s.cls, s.nid, s.kwargs))
         self._route_ref = ray.put(self.route)
+        self._senders_ref = ray.put(senders_by_role({s.cls for s in specs}))
         ray.get(
             [
                 self.hosts[h].add_nodes.remote(dumps_specs(self._by_host[h]))
                 for h in range(self.n_hosts)
             ]
         )
-        ray.get([h.set_route.remote(self._route_ref) for h in self.hosts])
+        ray.get([h.set_route.remote(self._route_ref, self._senders_ref) for h in self.hosts])
         # the Ray node (machine, or raylet) each host runs on: batches between hosts on different
         # nodes are counted apart (Ledger.crossed_nodes)
         self.host_nodes: list[str] = [i["node_id"] for i in self.host_info()]
@@ -420,7 +422,7 @@ class Deployment:
         try:
             new = self.placed.respawn(h)
             ray.get(new.add_nodes.remote(dumps_specs(self._by_host[h])))
-            ray.get(new.set_route.remote(self._route_ref))
+            ray.get(new.set_route.remote(self._route_ref, self._senders_ref))
             ray.get(new.restore.remote(blob, False))
             self.host_nodes[h] = ray.get(new.info.remote())["node_id"]
         except Exception as e:

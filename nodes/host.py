@@ -34,6 +34,7 @@ from cluster.message import (
     role_of,
 )
 from cluster.validate import screen
+from nodes.envelope import check_envelope
 from nodes.node import Node, NodeContext, Shared
 
 # torch is imported by the protocol's own modules when they need it (the node specs a host
@@ -242,6 +243,7 @@ class Host:
         self.nodes: dict[str, Node] = {}
         self.route: dict[str, int] = {}
         self._roles: dict[str, str] = {}
+        self._senders: dict = {}  # role -> the sender roles it accepts (nodes/envelope.py)
         self.local_inbox: list[Message] = []
         self._in_place: frozenset[str] | None = None  # nodes whose class READS_IN_PLACE
         # ((round, training?), participants that ran a handler in it): the share that failed
@@ -287,9 +289,18 @@ class Host:
         self._in_place = None
         return len(self.nodes)
 
-    def set_route(self, route: dict[str, int]) -> None:
+    def set_route(self, route: dict[str, int], senders: dict | None = None) -> None:
+        """Where every node lives, and which sender roles each role accepts (the envelope,
+        nodes/envelope.py; None: every role may address every role)."""
         self.route = route
         self._roles = {nid: role_of(nid) for nid in route}  # for the ledger's keys
+        self._senders = senders or {}
+
+    def _sent(self, nodes: list[Node], round_: int, phase: str) -> None:
+        """Raise EnvelopeError where a node's outbox leaves the envelope (as if its handler had
+        raised: a participant fails for the round, another node stops the run)."""
+        for n in nodes:
+            check_envelope(n.id, n._outbox, self.route, self._senders, round_, phase)
 
     # --- checkpoints (not protocol traffic: the operator saving the participants' own state) ----
     def snapshot(self) -> bytes:
@@ -438,9 +449,7 @@ class Host:
                 for name, values in rep.items():
                     reports[name].extend(values)
                 keep = []
-                for m in out:
-                    if m.dst not in route:
-                        raise ValueError(f"{m.src} sent {m.kind} to unknown node {m.dst}")
+                for m in out:  # inside the envelope (checked by _handle)
                     if (may_be_away and away(m.dst)) or (lost_hosts and route[m.dst] in lost_hosts):
                         dropped.add(m.dst)
                         undelivered += 1
@@ -527,6 +536,7 @@ class Host:
                 return self._one_by_one(cls, nids, nodes, inboxes, round_, phase, True, not logged)
         try:
             cls.handle_batch(nodes, phase, inboxes)
+            self._sent(nodes, round_, phase)
             return nids, [], None
         except Exception as e:
             if not participant:
@@ -554,6 +564,7 @@ class Host:
             self.nodes[nid] = node
             try:
                 cls.handle_batch([node], phase, [box])
+                self._sent([node], round_, phase)
             except Exception as e:
                 node._drain()
                 if restore:
