@@ -102,6 +102,18 @@ ATTACKS: dict[str, Attack] = {
         {"scale": (float, 1.0, "multiplier of the honest rows' norms")},
         _impls("ByzantineRandom"),
     ),
+    "malformed": Attack(
+        "compromised participants add hostile messages to their honest ones: forged senders, "
+        "writes to nodes they may not address, inflated declared lengths, truncated payloads, "
+        "out-of-range RSA values, unordered tokens (a security review's checklist)",
+        "compromised",
+        "malformed inputs (adversaries/attacks/malformed.py)",
+        {},
+        {
+            family: f"adversaries.attacks.{family}:Malformed"
+            for family in ("fedmf", "fedpergnn", "dmf", "dgrec", "verfedgnn", "dipsgnn")
+        },
+    ),
 }
 
 # the protocols whose adversaries are not row-sparse uploaders: VerFedGNN's compromised parties

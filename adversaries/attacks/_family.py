@@ -3,7 +3,7 @@ fedmf and FedPerGNN/FedLightGCN (their uploads are both row-sparse item gradient
 
 from __future__ import annotations
 
-from adversaries.attacks import common
+from adversaries.attacks import common, malformed
 
 
 def attack_classes(user_cls: type, module: str) -> dict[str, type]:
@@ -60,8 +60,12 @@ def attack_classes(user_cls: type, module: str) -> dict[str, type]:
         def byzantine(self, rows, scale):
             return common.gaussian_like(self.rng, rows, scale)
 
+    class Malformed(malformed.Malformed, user_cls):
+        """A compromised user that adds hostile messages to its honest ones (malformed.py)."""
+
     out = {}
     for cls in (
+        Malformed,
         RandomFake,
         BandwagonFake,
         FedRecAttack,

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from adversaries.attacks import common
+from adversaries.attacks import common, malformed
 from cluster import wire
 from models.dgrec_factory import grad_vector
 from protocols.dgrec.roles import DGRECUser
@@ -114,3 +114,7 @@ class ByzantineRandom(_Byzantine, DGRECUser):
     def crafted(self, grad, scale):
         g = torch.from_numpy(self.rng.standard_normal(grad.shape[0]).astype(np.float32))
         return g * (grad.norm() * scale / g.norm().clamp_min(1e-12))
+
+
+class Malformed(malformed.Malformed, DGRECUser):
+    """A compromised member that adds hostile messages to its honest gossip (malformed.py)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from adversaries.attacks import common
+from adversaries.attacks import common, malformed
 from data.sequences import train_length
 from protocols.dipsgnn.roles import DIPSGNNUser
 
@@ -76,3 +76,7 @@ class BandwagonFake(_FakeSessionUser):
     """Fake users whose crafted sequences lead from popular items to the targets."""
 
     POPULAR_PROFILE = True
+
+
+class Malformed(malformed.Malformed, DIPSGNNUser):
+    """A compromised user that adds hostile messages to its honest uploads (malformed.py)."""

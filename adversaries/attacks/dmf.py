@@ -11,7 +11,7 @@ public items' rows, last entry 1), and the promotion gradient lifts the targets'
 
 import numpy as np
 
-from adversaries.attacks import common
+from adversaries.attacks import common, malformed
 from adversaries.attacks._family import attack_classes
 from protocols.dmf.roles import DMFUser
 
@@ -58,3 +58,7 @@ class FedRecAttack(common.TargetRowsAdversary, DMFUser):
             if len(at) and np.linalg.norm(r) > 0:
                 out[at] = (r * norm / np.linalg.norm(r)).astype(np.float32)
         return out_ids, out
+
+
+class Malformed(malformed.Malformed, DMFUser):
+    """A compromised user that adds hostile messages to its honest gossip (malformed.py)."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from adversaries.attacks import common
+from adversaries.attacks import common, malformed
 from protocols.verfedgnn.roles import VerFedGNNParty
 
 
@@ -76,3 +76,7 @@ class ByzantineRandom(_ByzantineParty):
 
     def byzantine(self, rows, scale):
         return common.gaussian_like(self.rng, rows, scale)
+
+
+class Malformed(malformed.Malformed, VerFedGNNParty):
+    """A compromised party that adds hostile messages to its honest ones (malformed.py)."""
