@@ -5,34 +5,184 @@ settings, the protocol object on the driver (its config, dataset, accountant and
 node's state and RNG on every host, the undelivered message batches, the ledger, the last metrics
 and the wall time spent so far. Resuming rebuilds the deployment with the same placement, puts
 the state back and continues: the rounds after it are the rounds an uninterrupted run would have
-made (tests/test_checkpoint.py). The file is a pickle — load only checkpoints you made yourself.
+made (tests/test_checkpoint.py).
+
+Trust. The state is a pickle, and unpickling can run any code the file names (a ``__reduce__``
+that calls ``os.system``). So a checkpoint is authenticated, and nothing in a file is unpickled
+before its tag verifies:
+
+    checkpoint.pkl = MAGIC (8 bytes) | format (2 bytes) | payload length (8 bytes)
+                     | tag (32 bytes) | payload (the pickle)
+    tag = HMAC-SHA256(key, every byte of the file but the tag itself)
+
+The key is 32 bytes from the operating system's generator (``secrets.token_bytes``), created on
+the first save in ``~/.privrec/checkpoint.key`` (the folder ``$PRIVREC_HOME`` names instead, when
+set) with mode 0600 in a 0700 folder; it is never written to a run folder, and a key readable by
+other users is refused, as ssh refuses such a private key. :func:`load_checkpoint` reads the file
+once into memory, checks the header, recomputes the tag over those bytes and compares it with
+``hmac.compare_digest``; a file without the header (an older plain pickle included), of another
+format, truncated, changed after it was written, or signed with another machine's key is refused
+with a :class:`CheckpointError` in one line naming the file and why — before any of it is
+unpickled or sent anywhere. Only then are the same bytes unpickled. Resuming your own runs on your
+own machine works without a step; to resume on another machine of your own, copy the key file
+there (README, "What leaves a node"). Anyone who holds the key can make checkpoints this machine
+will load: keep it like an ssh private key.
+
+The host snapshots inside a checkpoint (``deployment["hosts"]``: each host's nodes, pickled by the
+host) are bytes that the driver does not open: :meth:`Deployment.restore` sends them to the host
+actors, which unpickle them there. That is safe because they are part of the file whose tag the
+driver verified as a whole before it unpickled anything: a host only ever unpickles bytes this
+machine's key signed.
+
+A checkpoint holds the dataset, every node's private state and the RSA private key of a key
+server: it is written with mode 0600 and must not be shared (README, "What leaves a node").
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import pickle
+import secrets
+import stat
+import struct
+import warnings
 from pathlib import Path
 
 CHECKPOINT_NAME = "checkpoint.pkl"
 PREVIOUS_NAME = "checkpoint.prev.pkl"
-FORMAT = 2  # version of the checkpoint layout; a checkpoint of another version is refused
+# version of the checkpoint layout; a checkpoint of another version is refused. 3: the signed
+# header above (2 and older were plain pickles, which are refused without being unpickled)
+FORMAT = 3
+
+MAGIC = b"PRVRCKPT"
+_LAYOUT = struct.Struct(">8sHQ")  # magic, format, payload length
+TAG_SIZE = hashlib.sha256().digest_size  # 32
+HEADER_SIZE = _LAYOUT.size + TAG_SIZE
+
+HOME_ENV = "PRIVREC_HOME"  # the folder of privrec's per-user files (default ~/.privrec)
+KEY_NAME = "checkpoint.key"
+KEY_SIZE = 32
 
 
 class CheckpointError(ValueError):
-    """A missing, unreadable or foreign checkpoint; the message names the file."""
+    """A missing, unreadable, foreign or tampered checkpoint; the message names the file."""
+
+
+# --- the key -----------------------------------------------------------------------------------
+
+
+def privrec_home() -> Path:
+    """``$PRIVREC_HOME``, else ``~/.privrec``."""
+    return Path(os.environ.get(HOME_ENV) or Path.home() / ".privrec").expanduser()
+
+
+def key_path() -> Path:
+    """Where this machine's checkpoint key lives: ``privrec_home()/checkpoint.key``."""
+    return privrec_home() / KEY_NAME
+
+
+def _shown(path: Path) -> str:
+    """``path`` with the home folder written ``~`` (as the README names the key)."""
+    try:
+        return f"~/{Path(path).relative_to(Path.home())}"
+    except ValueError:
+        return str(path)
+
+
+def _read_key(path: Path) -> bytes:
+    """The key at ``path``, refused when other users may read or change it, or not a key."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise CheckpointError(f"{_shown(path)}: cannot read the checkpoint key ({e})") from None
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        key = f.read(KEY_SIZE + 1)
+    if os.name == "posix" and mode & 0o077:
+        raise CheckpointError(
+            f"{_shown(path)}: the checkpoint key is accessible to other users (mode "
+            f"{stat.S_IMODE(mode):04o}); make it private with chmod 600 {_shown(path)}"
+        )
+    if len(key) != KEY_SIZE:
+        raise CheckpointError(
+            f"{_shown(path)}: not a privrec checkpoint key ({len(key)} bytes, expected {KEY_SIZE})"
+        )
+    return key
+
+
+def _signing_key() -> bytes:
+    """This machine's key, made on first use: 32 bytes from ``secrets``, mode 0600, in a 0700
+    folder. It is written whole to a temporary file and linked into place, so that two processes
+    making it at once agree on one and neither reads it half-written."""
+    path = key_path()
+    try:
+        return _read_key(path)
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{KEY_NAME}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(KEY_SIZE))
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)  # fails if another process linked its key first: that one wins
+        except FileExistsError:
+            pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return _read_key(path)
+
+
+def _verifying_key(path: Path) -> bytes:
+    """The key to verify ``path``'s tag with; none on this machine refuses the checkpoint."""
+    try:
+        return _read_key(key_path())
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{path}: not signed by this machine's key: there is no {_shown(key_path())} here "
+            "(this machine's first checkpoint makes it); to resume on this machine a run another "
+            "machine of yours wrote, copy that machine's key file here"
+        ) from None
+
+
+# --- saving ------------------------------------------------------------------------------------
 
 
 def save_checkpoint(run_dir: Path, state: dict) -> Path:
-    """Write ``state`` to ``run_dir/checkpoint.pkl`` atomically: into a temporary file, fsync'd,
-    then renamed over the old one, which is kept as ``checkpoint.prev.pkl``. A crash at any point
-    leaves a complete checkpoint behind (the old or the new one)."""
+    """Write ``state`` to ``run_dir/checkpoint.pkl`` atomically: into a temporary file (mode
+    0600), signed, fsync'd, then renamed over the old one, which is kept as
+    ``checkpoint.prev.pkl``. A crash at any point leaves a complete checkpoint behind (the old or
+    the new one)."""
     run_dir = Path(run_dir)
     path, prev = run_dir / CHECKPOINT_NAME, run_dir / PREVIOUS_NAME
+    key_file = key_path()
+    if key_file.resolve().is_relative_to(run_dir.resolve()):
+        raise CheckpointError(
+            f"{key_file}: the checkpoint key must not live in the run folder {run_dir} (it would "
+            f"travel with it); set {HOME_ENV} to a folder outside it"
+        )
+    key = _signing_key()
     tmp = path.with_suffix(".tmp")
     try:
-        with open(tmp, "wb") as f:
+        tmp.unlink(missing_ok=True)  # left by a crash: made afresh, so mode 0600 applies
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w+b") as f:
+            f.write(bytes(HEADER_SIZE))  # filled in once the payload's length and tag are known
             pickle.dump({"format": FORMAT, **state}, f, protocol=pickle.HIGHEST_PROTOCOL)
+            head = _LAYOUT.pack(MAGIC, FORMAT, f.tell() - HEADER_SIZE)
+            mac = hmac.new(key, head, hashlib.sha256)
+            f.seek(HEADER_SIZE)  # the payload as written (from the page cache), in file order
+            while chunk := f.read(1 << 20):
+                mac.update(chunk)
+            f.seek(0)
+            f.write(head + mac.digest())
             f.flush()
             os.fsync(f.fileno())
     except BaseException:
@@ -49,36 +199,28 @@ def save_checkpoint(run_dir: Path, state: dict) -> Path:
     return path
 
 
+# --- loading -----------------------------------------------------------------------------------
+
+
 def load_checkpoint(run_dir: str | Path) -> dict:
     """The last good checkpoint of ``run_dir``: ``checkpoint.pkl``, or the one before it when that
-    one is missing or unreadable (a crash between the two renames of :func:`save_checkpoint`, a
-    damaged disk)."""
+    one is missing or refused (a crash between the two renames of :func:`save_checkpoint`, a
+    damaged disk; a warning says why the newer one was passed over). Both are verified before
+    either is unpickled."""
     path, prev = Path(run_dir) / CHECKPOINT_NAME, Path(run_dir) / PREVIOUS_NAME
     try:
         return _load(path)
-    except CheckpointError:
+    except CheckpointError as newest:
         if prev.is_file():
             try:
-                return _load(prev)
+                state = _load(prev)
             except CheckpointError:
                 pass
+            else:
+                if path.exists():
+                    warnings.warn(f"{newest}; resuming from {prev.name} instead", stacklevel=2)
+                return state
         raise
-
-
-# Module paths that format-1 checkpoints name their classes by (e.g. protocols.runner.RunSettings),
-# mapped to the modules that define those classes: such a checkpoint unpickles and is refused by
-# its format number in one line, not by a missing module.
-_MOVED = {
-    "protocols.runner": "engine.runner",
-    "protocols.report": "engine.report",
-    "protocols.checkpoint": "engine.checkpoint",
-    "protocols.compare": "engine.compare",
-}
-
-
-class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
-        return super().find_class(_MOVED.get(module, module), name)
 
 
 def _load(path: Path) -> dict:
@@ -87,9 +229,13 @@ def _load(path: Path) -> dict:
             f"{path}: no checkpoint (was the run started with --checkpoint-every?)"
         )
     try:
-        with open(path, "rb") as f:
-            state = _Unpickler(f).load()
-    except Exception as e:  # truncated, corrupt or written by another program
+        data = path.read_bytes()  # once: the bytes verified are the bytes unpickled
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read it ({e})") from None
+    payload = _verified_payload(path, data)
+    try:
+        state = pickle.loads(payload)
+    except Exception as e:  # signed here, but not by this version of privrec's classes
         raise CheckpointError(
             f"{path}: not a readable privrec checkpoint ({type(e).__name__}: {e})"
         ) from None
@@ -101,3 +247,37 @@ def _load(path: Path) -> dict:
             f"{path}: checkpoint format {state['format']}, this version reads {FORMAT}"
         )
     return state
+
+
+def _verified_payload(path: Path, data: bytes) -> memoryview:
+    """The pickle inside ``data`` once its header is well formed and its tag verifies with this
+    machine's key; else the one line why it is refused. Nothing here unpickles."""
+    if not data.startswith(MAGIC):
+        if data[:1] == b"\x80":  # a pickle's PROTO opcode: format 2 or older
+            raise CheckpointError(
+                f"{path}: an unsigned checkpoint (a plain pickle, as privrec wrote before format "
+                f"{FORMAT}); refused without loading it, since unpickling a file can run code"
+            )
+        raise CheckpointError(f"{path}: not a privrec checkpoint (no privrec header)")
+    if len(data) < HEADER_SIZE:
+        raise CheckpointError(f"{path}: not a readable privrec checkpoint (truncated header)")
+    _, fmt, length = _LAYOUT.unpack_from(data)
+    if fmt != FORMAT:
+        raise CheckpointError(f"{path}: checkpoint format {fmt}, this version reads {FORMAT}")
+    view = memoryview(data)
+    if len(view) - HEADER_SIZE != length:
+        raise CheckpointError(
+            f"{path}: not a readable privrec checkpoint (truncated or damaged: "
+            f"{len(view) - HEADER_SIZE} bytes after the header, {length} declared)"
+        )
+    key = _verifying_key(path)
+    mac = hmac.new(key, view[: _LAYOUT.size], hashlib.sha256)
+    mac.update(view[HEADER_SIZE:])
+    if not hmac.compare_digest(mac.digest(), view[_LAYOUT.size : HEADER_SIZE]):
+        raise CheckpointError(
+            f"{path}: not signed by this machine's key ({_shown(key_path())}): written with "
+            "another key, or changed since it was written; refused without loading it (to "
+            "resume on this machine a run another machine of yours wrote, copy that machine's "
+            f"key file here, or point {HOME_ENV} to a folder holding it)"
+        )
+    return view[HEADER_SIZE:]

@@ -81,6 +81,14 @@ def ray_local():
     yield start_test_ray()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _privrec_home(tmp_path_factory):
+    """Checkpoint keys (engine/checkpoint.py) in a temporary folder, never the user's ~/.privrec;
+    launch.py run in a subprocess inherits it."""
+    os.environ["PRIVREC_HOME"] = str(tmp_path_factory.mktemp("privrec_home"))
+    yield
+
+
 @pytest.fixture(autouse=True)
 def _one_torch_thread():
     """Tiny tensors run many times faster on one thread on a loaded 2-core machine."""
