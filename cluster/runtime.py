@@ -48,6 +48,13 @@ class ClusterInfo:
 # space reused sooner").
 LOCAL_SYSTEM_CONFIG = {"free_objects_period_milliseconds": 50}
 
+# A local instance listens only on this machine: its node address is the loopback interface, which
+# its GCS, raylet, object manager, workers and dashboard agent bind to (checked with `ss -ltn` on
+# Ray 2.60: every listening socket on 127.0.0.1; with Ray's default node address they listen on
+# all interfaces). Nothing of a run (the nodes' messages, their state in the object store) can be
+# reached from another machine. A cluster is joined with --address instead.
+LOCAL_HOST = "127.0.0.1"
+
 
 def start_or_join(
     address: str | None = None,
@@ -71,12 +78,14 @@ def start_or_join(
         else:
             # "local": a new instance even when a `ray start` cluster runs on this machine (plain
             # ray.init() would join that one); joining is what --address asks for
-            with _local_auth_mode(), _driver_path_for_workers():
+            with _local_auth_mode(), _driver_path_for_workers(), _loopback_node():
                 ray.init(
                     address="local",
                     num_cpus=num_cpus,
                     num_gpus=num_gpus,
                     _system_config=LOCAL_SYSTEM_CONFIG,
+                    _node_ip_address=LOCAL_HOST,  # see LOCAL_HOST
+                    dashboard_host=LOCAL_HOST,
                     **kwargs,
                 )
         started = True
@@ -226,6 +235,30 @@ def _driver_path_for_workers():
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = before
+
+
+@contextmanager
+def _loopback_node():
+    """Let ``ray.init`` keep ``_node_ip_address="127.0.0.1"`` for the local instance it starts:
+    Ray 2.60 replaces a loopback node address with this machine's outward one
+    (``services.resolve_ip_for_localhost``) unless it runs in its single-machine mode
+    (``ray_constants.ENABLE_RAY_CLUSTER`` false, what ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``
+    sets), in which the loopback address is kept. Only the start sees the setting: joining a
+    cluster later in this process is unaffected. A Ray without that constant is left as it is."""
+    try:
+        from ray._private import ray_constants
+    except ImportError:
+        yield
+        return
+    if not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
+        yield
+        return
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
 
 
 @contextmanager

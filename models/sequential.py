@@ -13,8 +13,9 @@ One epoch = protocols/dipsgnn/training.py ``train_epoch`` with σ = 0 (eqs. 4–
 evaluation ranks all items for every test prefix (``rank_prefixes``, ties by the lower item id)
 and reports Recall@K and MRR@K (models/metrics.py with the one target as the test set), K = 5,
 10, 20 and ``eval_k``, averaged over all test positions (as the dipsgnn protocol's evaluate).
-User features are the clean encoding (numeric mapped to [−1, 1] with the dataset's range,
-categorical one-hot): what Algorithm 3 estimates without bias.
+User features are the clean encoding (numeric mapped to [−1, 1] with the public domain the
+dipsgnn protocol uses, data/features.py ``public_ranges``; categorical one-hot): what Algorithm 3
+estimates without bias.
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ from privacy.feature_perturbation import (
 
 
 def clean_feature_matrix(
-    dataset: RecDataset, users: np.ndarray, kinds: dict[str, str]
+    dataset: RecDataset, users: np.ndarray, kinds: dict[str, str], feature_ranges: str = ""
 ) -> np.ndarray:
-    """[len(users), slots] float32: each user's clean feature vector (rows in ``users`` order)."""
+    """[len(users), slots] float32: each user's clean feature vector (rows in ``users`` order);
+    ``feature_ranges`` as the dipsgnn protocol's parameter (data/features.py)."""
     cardinality = feature_cardinality(dataset, kinds)
-    ranges = public_ranges(dataset, kinds)
+    ranges = public_ranges(dataset, kinds, feature_ranges)
     rows = [
         encode_user_features(feature_values(dataset, u, kinds), kinds, cardinality, ranges)
         for u in users
@@ -62,6 +64,7 @@ class SequentialTrainer(Trainer):
         *,
         use_features: bool = True,
         features: str = "age,gender,occupation",
+        feature_ranges: str = "",
         dim: int = 100,
         user_dim: int = 50,
         layers: int = 1,
@@ -89,7 +92,8 @@ class SequentialTrainer(Trainer):
         self.features = None
         n_slots = 0
         if use_features:
-            feats = clean_feature_matrix(dataset, self.users, select_features(dataset, features))
+            kinds = select_features(dataset, features)
+            feats = clean_feature_matrix(dataset, self.users, kinds, feature_ranges)
             n_slots = feats.shape[1]
             self.features = torch.from_numpy(feats).to(self.device)
         with torch.random.fork_rng(devices=[]):

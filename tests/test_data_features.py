@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from data.features import (
+    DOCUMENTED_DOMAINS,
     FeatureSelectionError,
     feature_cardinality,
     feature_values,
@@ -37,8 +38,35 @@ def test_public_description_and_values():
     card = feature_cardinality(ds, kinds)
     ranges = public_ranges(ds, kinds)
     assert set(card) | set(ranges) == set(kinds) and not set(card) & set(ranges)
-    for name, (lo, hi) in ranges.items():
-        assert lo == np.min(ds.user_features[name]) and hi == np.max(ds.user_features[name])
+    assert ranges == {"age": (16.0, 80.0)}  # the generator's documented domain
     values = feature_values(ds, 3, kinds)
     for name, kind in kinds.items():
         assert isinstance(values[name], float if kind == "numeric" else int)
+
+
+def test_numeric_domains_are_fixed_before_the_run_not_read_from_the_users():
+    """The public domain is a constant (documented, or the feature_ranges parameter): changing
+    every user's private value changes nothing in it (the min and max were a release outside
+    DIPSGNN's ε1, issue 42)."""
+    ds = synthetic(n_users=8, n_items=10, avg_interactions=3, seed=0)
+    kinds = select_features(ds, "all")
+    before = public_ranges(ds, kinds)
+    ds.user_features["age"] = np.full(ds.n_users, 99.0, dtype=np.float32)
+    assert public_ranges(ds, kinds) == before
+    assert public_ranges(ds, kinds, "age=10:70") == {"age": (10.0, 70.0)}
+    ml = synthetic(n_users=8, n_items=10, avg_interactions=3, seed=0)
+    ml.name = "ml-100k"
+    assert public_ranges(ml, kinds) == {"age": DOCUMENTED_DOMAINS["ml-100k", "age"][:2]}
+    for low, high, _source in DOCUMENTED_DOMAINS.values():
+        assert low < high
+    mine = synthetic(n_users=8, n_items=10, avg_interactions=3, seed=0)
+    mine.name = "my-folder"  # the user's own files: no documented domain
+    with pytest.raises(FeatureSelectionError, match=r"^feature_ranges: .*'age'.*no documented"):
+        public_ranges(mine, kinds)
+    assert public_ranges(mine, kinds, " age = 0 : 120 ") == {"age": (0.0, 120.0)}
+    assert public_ranges(mine, {"gender": "categorical"}) == {}  # only numeric ones need one
+    for bad in ("age", "age=1", "age=5:1", "age=0:inf", "age=a:b", "=0:1"):
+        with pytest.raises(FeatureSelectionError, match="^feature_ranges: .*NAME=LOW:HIGH"):
+            public_ranges(mine, kinds, bad)
+    with pytest.raises(FeatureSelectionError, match=r"^feature_ranges: \['gender'\] not among"):
+        public_ranges(ds, kinds, "gender=0:1")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from data.features import FeatureSelectionError, select_features
+from data.features import FeatureSelectionError, public_ranges, select_features
 from data.types import RecDataset
 from models.central import RANKING, RATING, SEQUENTIAL, TASK_OF_MODEL
 from models.rating_gnn.model import ACTIVATIONS
@@ -30,6 +30,7 @@ TASK_OPTIONS: dict[str, tuple[str, ...]] = {
     SEQUENTIAL: (
         "use_features",
         "features",
+        "feature_ranges",
         "user_dim",
         "clip_norm",
         "max_edge_weight",
@@ -60,6 +61,7 @@ class CentralConfig(ProtocolConfig):
     # sequential (DIPSGNN network, as protocols/dipsgnn)
     use_features: bool = _DIPS.use_features  # dipsgnn model: use the user features
     features: str = _DIPS.features  # dipsgnn model: which user features
+    feature_ranges: str = _DIPS.feature_ranges  # dipsgnn model: numeric features' public domains
     user_dim: int = _DIPS.user_dim  # dipsgnn model: d', size of the user part
     clip_norm: float = _DIPS.clip_norm  # dipsgnn model: C, norm clip of hidden states
     max_edge_weight: float = _DIPS.max_edge_weight  # dipsgnn model: w_max, cap on edge counts
@@ -120,6 +122,6 @@ def check_fits(dataset: RecDataset, c: CentralConfig) -> None:
             )
         if c.use_features:
             try:
-                select_features(dataset, c.features)
+                public_ranges(dataset, select_features(dataset, c.features), c.feature_ranges)
             except FeatureSelectionError as e:
                 raise ConfigError(str(e)) from None

@@ -29,6 +29,9 @@ class DIPSGNNConfig(ProtocolConfig):
     private_graph: bool = True  # False: σ = 0 (the non-private network)
     use_features: bool = True  # False: no user part (SR-GNN-style network), no feature upload
     features: str = "age,gender,occupation"  # the paper's ml sensitive features; "all": every one
+    # public domain of numeric features, "name=LOW:HIGH,..." (data/features.py); "": the data's
+    # documented domain. Fixed before the run: never the users' min and max
+    feature_ranges: str = ""  # numeric features' public domains "age=0:100,..."; "": documented
     hidden_dim: int = 100  # d
     user_dim: int = 50  # d'
     steps: int = 1  # T
@@ -100,6 +103,6 @@ class DIPSGNNPublic:
     n_feature_slots: int  # length of the encoded feature vector (0: no user part)
     feature_kinds: dict[str, str]  # name -> "numeric" | "categorical"
     feature_cardinality: dict[str, int]  # categorical name -> number of categories
-    public_ranges: dict[str, tuple[float, float]]  # numeric name -> (min, max), public domain
+    public_ranges: dict[str, tuple[float, float]]  # numeric name -> (low, high), fixed pre-run
     sigma: float  # σ of eq. 7 (EdgeRand: σ_A of the adjacency noise); 0: none
     dpsgd_noise_multiplier: float  # z of DP-SGD (mechanism "dpsgd"); 0 otherwise
