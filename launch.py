@@ -14,7 +14,7 @@ A ``--config`` TOML file sets protocol parameters at its top level (or under ``[
 dataset options under ``[dataset]`` (split, min_user_interactions, min_item_interactions, implicit,
 test_fraction, and the synthetic generator's n_users, n_items, ...) and run conditions under
 ``[conditions]`` (dropout, trace, min_participants, deadline, user_speed, speed_spread, user_link,
-snapshot_every, kill_hosts; see nodes/conditions.py); a ``[compare]`` table is read by
+snapshot_every, kill_hosts, secure_rng; see nodes/conditions.py); a ``[compare]`` table is read by
 ``compare`` only. The condition flags override the table:
     python launch.py --protocol fedlightgcn --dropout 0.3 --deadline 20 --user-link mobile
     python launch.py --rounds 400 --hosts 2 --kill-host 5:0      # SIGKILL host 0 at round 5
@@ -220,6 +220,17 @@ def _add_condition_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="ROUND:HOST",
         help="fault injection: SIGKILL host HOST at the start of round ROUND (repeatable)",
+    )
+    c.add_argument(
+        "--secure-rng",
+        dest="secure_rng",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="draw every noise sample of the privacy mechanisms from a cryptographically secure "
+        "generator (ChaCha20 keyed from the operating system, as Opacus's secure mode) instead of "
+        "each node's stream seeded from --seed: the noise cannot be rebuilt from the published "
+        "seed, and runs are no longer reproducible (default: seeded; the report's "
+        "privacy.noise_rng says which was used)",
     )
 
 
@@ -744,6 +755,7 @@ CONDITION_FLAGS = (
     "user_link",
     "snapshot_every",
     "max_failed_fraction",
+    "secure_rng",
 )
 
 COMPARE_KEYS = ("protocols", "rounds", "baselines", "quick")
@@ -1014,6 +1026,8 @@ def _show(summary: dict, run_dir) -> None:
         shown["epsilon"] = privacy["epsilon"]
         if "privacy_delta" in privacy:
             shown["privacy_delta"] = privacy["privacy_delta"]
+    if privacy.get("noise_rng", "seeded") != "seeded":  # --secure-rng
+        shown["noise_rng"] = privacy["noise_rng"]
     if summary.get("faults"):
         shown["faults"] = summary["faults"]
     # the trivial baseline of the run's kind of metric, under the name summary.json gives it

@@ -131,6 +131,8 @@ def run(
                 "conditions": _conditions_record(settings),
             },
             "protocol_config": dataclasses.asdict(config),
+            # where the privacy mechanisms drew their noise (--secure-rng; privacy/noise.py)
+            "privacy": {"noise_rng": noise_rng_name(settings)},
             "dataset": dataset_record(dataset, dataset_info),
             "cluster": dataclasses.asdict(cluster),
             "python": sys.version.split()[0],
@@ -395,6 +397,14 @@ def _adversaries_record(protocol: Protocol) -> dict | None:
     return plan.summary() if plan is not None else None
 
 
+def noise_rng_name(settings: RunSettings) -> str:
+    """The report's ``privacy.noise_rng``: ``"seeded"`` (every node's noise from its stream seeded
+    from (seed, node id): reproducible) or ``"secure (ChaCha20, OS key)"`` (``--secure-rng``)."""
+    from privacy.noise import describe
+
+    return describe(settings.conditions.secure_rng)
+
+
 def _conditions_record(settings: RunSettings) -> dict:
     c = dataclasses.asdict(settings.conditions)
     c.pop("online_rounds", None)
@@ -586,7 +596,10 @@ def _drive(
             "bytes_crossed_nodes": dep.ledger.crossed_nodes_total(),  # between Ray nodes
             "messages": dep.ledger.messages(),
             "main_metric": dataclasses.asdict(protocol.main_metric()),
-            "privacy": privacy_of(protocol).as_dict(),
+            "privacy": {
+                **privacy_of(protocol).as_dict(),
+                "noise_rng": noise_rng_name(settings),  # seeded, or secure (--secure-rng)
+            },
             "wall_seconds": wall,
             "sim_seconds": sim_total,
             "faults": faults,

@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from privacy.noise import normal_tensor
+
 KS = (5, 10, 20)  # the K of the Recall@K and MRR@K the network is judged by
 
 if TYPE_CHECKING:
@@ -135,12 +137,21 @@ class DIPSGNN(nn.Module):
         return F.normalize(h, dim=-1) * self.clip_norm
 
     def noisy_aggregate(
-        self, adjacency: Tensor, h_bar: Tensor, generator: torch.Generator | None
+        self,
+        adjacency: Tensor,
+        h_bar: Tensor,
+        generator: torch.Generator | np.random.Generator | None,
     ) -> Tensor:
-        """A · H̄ plus N(0, σ²) noise when training with σ > 0 (eq. 7)."""
+        """A · H̄ plus N(0, σ²) noise when training with σ > 0 (eq. 7). A numpy ``generator``
+        (the secure one of ``--secure-rng``, privacy/noise.py) draws the normals on the CPU."""
         agg = torch.bmm(adjacency, h_bar)
         if self.training and self._sigma > 0:
-            noise = torch.randn(agg.shape, generator=generator, device=agg.device, dtype=agg.dtype)
+            if isinstance(generator, np.random.Generator):
+                noise = normal_tensor(generator, agg.shape, agg.dtype, agg.device)
+            else:
+                noise = torch.randn(
+                    agg.shape, generator=generator, device=agg.device, dtype=agg.dtype
+                )
             agg = agg + self._sigma * noise
         return agg
 
@@ -164,7 +175,7 @@ class DIPSGNN(nn.Module):
         a_in: Tensor,
         a_out: Tensor,
         user_emb: Tensor | None,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | np.random.Generator | None = None,
     ) -> Tensor:
         """T noisy gated steps over padded graphs; node states [B, N, d]."""
         states = self.item_embedding(items)
@@ -190,7 +201,7 @@ class DIPSGNN(nn.Module):
         seq_mask: Tensor,
         user_features: Tensor | None = None,
         users: Tensor | None = None,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | np.random.Generator | None = None,
         validate: bool = True,
     ) -> Tensor:
         """Scores [B, n_items] (logits of eq. 12) for a padded batch (see ``batch_tensors``).

@@ -12,16 +12,22 @@ import torch
 
 from data.sequences import PrefixExamples, pad_behaviour_graphs
 from models.dipsgnn import DIPSGNN, batch_tensors
+from privacy.noise import keyed_generator
 
 
-def edgerand_noise(graphs, example_ids: np.ndarray, sigma: float, seed: int) -> None:
+def edgerand_noise(graphs, example_ids: np.ndarray, sigma: float, seed: int | bytes) -> None:
     """EdgeRand: IN PLACE, A_out of each prefix graph gets N(0, σ²) on every entry of its node
     block (zeros too, so the noise hides which edges exist) and A_in becomes its transpose. The
     noise of an example is a function of (seed, example id) alone: the same perturbed graph in
-    every epoch, so each prefix graph is released once."""
+    every epoch, so each prefix graph is released once. ``seed`` is an int (seeded from the run's
+    seed) or, with ``--secure-rng``, a secret key from the OS (bytes): each example's noise then
+    comes from ChaCha20 under a key derived from it (privacy/noise.py ``keyed_generator``)."""
     for r, ex in enumerate(example_ids):
         k = int(graphs.node_mask[r].sum())
-        rng = np.random.default_rng([seed, int(ex)])
+        if isinstance(seed, bytes):
+            rng = keyed_generator(seed, int(ex))
+        else:
+            rng = np.random.default_rng([seed, int(ex)])
         graphs.a_out[r, :k, :k] += (sigma * rng.standard_normal((k, k))).astype(np.float32)
         graphs.a_in[r, :k, :k] = graphs.a_out[r, :k, :k].T
 
@@ -33,7 +39,7 @@ def _batch(
     features: torch.Tensor | None,
     max_weight: float,
     device: torch.device,
-    edge_noise: tuple[float, int, np.ndarray] | None = None,
+    edge_noise: tuple[float, int | bytes, np.ndarray] | None = None,
 ) -> dict:
     graphs = pad_behaviour_graphs(prefixes, max_weight=max_weight)  # eq. 4, counts capped
     if edge_noise is not None and edge_noise[0] > 0:
@@ -56,13 +62,14 @@ def train_epoch(
     batch_size: int,
     max_weight: float,
     order_rng: np.random.Generator,
-    noise: torch.Generator,
-    edgerand: tuple[float, int] | None = None,
+    noise: torch.Generator | np.random.Generator,
+    edgerand: tuple[float, int | bytes] | None = None,
 ) -> float:
     """One pass over every training prefix in a shuffled order (every prefix once: no
     subsampling, which the privacy accounting assumes). Returns the mean loss (eq. 13).
     ``edgerand=(σ_A, seed)`` perturbs the adjacency instead (the EdgeRand baseline; the model's
-    own σ is then 0)."""
+    own σ is then 0). ``noise`` draws the aggregation noise of eq. 7: a torch generator, or a
+    numpy one (the secure generator of ``--secure-rng``, privacy/noise.py)."""
     model.train()
     device = next(model.parameters()).device
     order = order_rng.permutation(len(examples))

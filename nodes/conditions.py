@@ -115,6 +115,11 @@ class Conditions:
     # handler). false: no copy; a batch that raises fails all its nodes for the round, left as
     # the exception left them
     failure_rollback: bool = True
+    # where the privacy mechanisms draw their noise (privacy/noise.py): false, each node's stream
+    # seeded from (seed, node id) (reproducible: one seed, the same noise); true, a ChaCha20
+    # generator keyed from the operating system on every node (as Opacus's secure mode): the
+    # noise cannot be rebuilt from the published seed, and runs are no longer reproducible
+    secure_rng: bool = False
     online_rounds: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
@@ -134,6 +139,8 @@ class Conditions:
             )
         if self.snapshot_every < 0:
             raise ConditionsError(f"snapshot_every: must be >= 0, got {self.snapshot_every}")
+        if not isinstance(self.secure_rng, bool):
+            raise ConditionsError(f"secure_rng: must be true or false, got {self.secure_rng!r}")
         object.__setattr__(self, "dropout_roles", tuple(self.dropout_roles))
         object.__setattr__(self, "kill_hosts", tuple(tuple(map(int, k)) for k in self.kill_hosts))
         if self.trace and not self.online_rounds:

@@ -1,6 +1,9 @@
 """A logical node: one participant of a protocol (a user's device, a party, a server, a key server).
 
-A node owns private state and an RNG derived from ``(seed, node id)``; it learns about the world
+A node owns private state and an RNG derived from ``(seed, node id)``; its privacy mechanisms
+draw their noise from ``noise_rng`` / ``noise_generator()`` — that same seeded stream by default,
+a cryptographically secure generator keyed from the OS with ``--secure-rng`` (privacy/noise.py).
+It learns about the world
 only through the messages delivered to it, and acts by sending messages. Protocols subclass
 :class:`Node` per role and implement :meth:`handle` (one node) or :meth:`handle_batch` (all the
 active nodes of that class on a host at once, e.g. one vectorised pass). A batched handler must
@@ -78,6 +81,9 @@ class Node:
     # (an aggregating server that sums what arrives): the host then delivers payloads as read-only
     # views of the batch it received, not copies (cluster.message.decode_batch's in_place).
     READS_IN_PLACE: ClassVar[bool] = False
+    # the secure noise generator of --secure-rng, made at first use (see noise_rng); a class
+    # default so that a node pickled before it existed has one too
+    _noise_rng: np.random.Generator | None = None
 
     @classmethod
     def batched_phases(cls) -> frozenset[str] | None:
@@ -159,6 +165,54 @@ class Node:
         import torch
 
         return torch.Generator().manual_seed(int(self.rng.integers(0, 2**63 - 1)))
+
+    # --- where privacy mechanisms draw their noise (privacy/noise.py) ---------------------------
+    @property
+    def secure_rng(self) -> bool:
+        """Whether the run draws its noise from a cryptographically secure generator
+        (``--secure-rng``, the run condition ``secure_rng``)."""
+        return bool(self.ctx.conditions.secure_rng)
+
+    @property
+    def noise_rng(self) -> np.random.Generator:
+        """The numpy generator a privacy mechanism draws its noise from: :attr:`rng` itself by
+        default (the same draws as ever: one seed, the same noise), or with ``--secure-rng`` this
+        node's :class:`privacy.noise.SecureGenerator` (ChaCha20 keyed from the OS, made at first
+        use; a pickled copy of the node — snapshot, checkpoint, rollback — gets a fresh key)."""
+        if not self.secure_rng:
+            return self.rng
+        if self._noise_rng is None:
+            from privacy.noise import SecureGenerator
+
+            self._noise_rng = SecureGenerator()
+        return self._noise_rng
+
+    def noise_generator(self, seeded: torch.Generator | None = None, device=None):
+        """What a torch mechanism draws its noise from (``privacy.ldp``, ``onebit``, ``ternary``,
+        DIPSGNN's eq. 7 and DP-SGD take either kind). By default a torch generator: ``seeded``
+        where the caller already holds one drawn from this node's stream, else a new one seeded
+        from :attr:`rng` on ``device`` (CPU: what :meth:`torch_generator` gives), as before. With
+        ``--secure-rng``, :attr:`noise_rng` (a numpy generator: no torch generator is
+        cryptographically secure; the mechanism converts its draws to torch)."""
+        if self.secure_rng:
+            return self.noise_rng
+        if seeded is not None:
+            return seeded
+        if device is None:
+            return self.torch_generator()
+        import torch
+
+        return torch.Generator(device=device).manual_seed(int(self.rng.integers(0, 2**63 - 1)))
+
+    def noise_seed(self) -> int | bytes:
+        """A seed from which noise is regenerated on demand (e.g. EdgeRand's noise of one prefix
+        graph, the same in every epoch): an int drawn from :attr:`rng` by default, 32 secret bytes
+        from the OS with ``--secure-rng`` (expanded by ``privacy.noise.keyed_generator``)."""
+        if self.secure_rng:
+            from privacy.noise import secret_key
+
+            return secret_key()
+        return int(self.rng.integers(0, 2**63 - 1))
 
     def send(self, kind: str, dst: str, payload: bytes) -> None:
         self._outbox.append(Message(kind, self.id, dst, self.round, self.phase, payload))

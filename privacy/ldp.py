@@ -19,6 +19,11 @@ standard deviation of the real item gradients (``pseudo_item_gradients``):
 Intended order: fit the pseudo gradients on the raw real gradients, then perturb real and
 pseudo rows together with ``clip_and_laplace``, and upload the rows sorted by item id (or
 shuffled) so that their position does not reveal which rows are real.
+
+Every random draw here (Laplace noise, pseudo items, pseudo gradients) comes from ``generator``:
+a torch ``Generator`` (the node's seeded stream, the default), or a numpy ``Generator`` — with
+``--secure-rng`` the node's cryptographically secure one (privacy/noise.py), whose draws are
+converted to torch.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+
+from privacy.noise import normal_tensor, uniform_tensor
 
 
 def _check_clip_and_scale(clip: float, lam: float) -> tuple[float, float]:
@@ -39,20 +46,32 @@ def _check_clip_and_scale(clip: float, lam: float) -> tuple[float, float]:
     return clip, lam
 
 
-def _check_generator(generator: torch.Generator) -> None:
-    if not isinstance(generator, torch.Generator):
-        raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+Generator = torch.Generator | np.random.Generator
+
+
+def _check_generator(generator: Generator) -> None:
+    if not isinstance(generator, (torch.Generator, np.random.Generator)):
+        raise ValueError(
+            f"generator must be a torch.Generator or np.random.Generator, got "
+            f"{type(generator).__name__}"
+        )
 
 
 def laplace_noise(
-    shape: Sequence[int] | torch.Size, lam: float, generator: torch.Generator
+    shape: Sequence[int] | torch.Size, lam: float, generator: Generator
 ) -> torch.Tensor:
     """Laplace(0, λ) samples (float32, generator's device) from one float64 uniform U each:
     V = 2U mod 1 is uniform on [0, 1) (52 bits), E = −ln(1 − V) is Exp(1), and the sample is
     λE with the sign U ≥ ½ picks (vectorised; torch's ``exponential_`` draws one sample at a
-    time, about 10x slower for the millions of coordinates of a round's uploads)."""
+    time, about 10x slower for the millions of coordinates of a round's uploads). A numpy
+    ``generator`` draws U on the CPU."""
     _check_generator(generator)
-    u = torch.rand(tuple(shape), generator=generator, device=generator.device, dtype=torch.float64)
+    if isinstance(generator, np.random.Generator):
+        u = uniform_tensor(generator, tuple(shape), torch.float64)
+    else:
+        u = torch.rand(
+            tuple(shape), generator=generator, device=generator.device, dtype=torch.float64
+        )
     u.mul_(2.0)
     upper = u >= 1.0
     u.sub_(upper.to(u.dtype))  # exact: 2U − 1 for U ≥ ½
@@ -61,7 +80,7 @@ def laplace_noise(
 
 
 def clip_and_laplace(
-    grad: torch.Tensor, clip: float, lam: float, generator: torch.Generator
+    grad: torch.Tensor, clip: float, lam: float, generator: Generator
 ) -> torch.Tensor:
     """clip(g, −δ, δ) + Laplace(0, λ) noise on every coordinate (λ = 0: clipping only).
     Returns a new tensor with ``grad``'s shape, dtype and device."""
@@ -78,7 +97,7 @@ def clip_and_laplace(
 
 
 def pseudo_item_gradients(
-    real_item_grads: torch.Tensor, m: int, generator: torch.Generator
+    real_item_grads: torch.Tensor, m: int, generator: Generator
 ) -> torch.Tensor:
     """[m, d] gradients for pseudo-interacted items: N(μ, σ²) per coordinate with μ, σ the mean
     and (population) standard deviation of the n real rows [n, d]."""
@@ -92,9 +111,15 @@ def pseudo_item_gradients(
     grads = real_item_grads.detach()
     mean = grads.mean(dim=0)
     std = (grads - mean).pow_(2).mean(dim=0).sqrt_()  # two passes, ~15x faster than .std(0)
-    z = torch.randn(
-        (int(m), grads.shape[1]), generator=generator, device=generator.device, dtype=grads.dtype
-    ).to(grads.device)
+    if isinstance(generator, np.random.Generator):
+        z = normal_tensor(generator, (int(m), grads.shape[1]), grads.dtype, grads.device)
+    else:
+        z = torch.randn(
+            (int(m), grads.shape[1]),
+            generator=generator,
+            device=generator.device,
+            dtype=grads.dtype,
+        ).to(grads.device)
     return mean + std * z
 
 
@@ -102,7 +127,7 @@ def choose_pseudo_items(
     n_items: int,
     real_items: torch.Tensor | np.ndarray | Sequence[int],
     m: int,
-    generator: torch.Generator,
+    generator: Generator,
 ) -> torch.Tensor:
     """m distinct item ids (int64, random order) drawn uniformly among 0..n_items-1 minus
     ``real_items``. Exact: the first m distinct admissible values of an i.i.d. uniform stream
@@ -127,7 +152,10 @@ def choose_pseudo_items(
         mask = torch.ones(n_items, dtype=torch.bool)
         mask[real] = False
         complement = mask.nonzero().flatten()
-        order = torch.randperm(free, generator=generator, device=generator.device).cpu()
+        if isinstance(generator, np.random.Generator):
+            order = torch.from_numpy(generator.permutation(free).astype(np.int64))
+        else:
+            order = torch.randperm(free, generator=generator, device=generator.device).cpu()
         return complement[order[:m]]
     # the rejection loop, vectorised: each batch of draws keeps, in order, the first occurrence
     # of every value not taken yet, up to the number still needed (the draws as before)
@@ -136,10 +164,13 @@ def choose_pseudo_items(
     picked: list[np.ndarray] = []
     need = m
     while need:
-        draws = torch.randint(
-            n_items, (2 * need + 8,), generator=generator, device=generator.device
-        )
-        cand = draws.cpu().numpy()
+        if isinstance(generator, np.random.Generator):
+            cand = generator.integers(0, n_items, size=2 * need + 8, dtype=np.int64)
+        else:
+            draws = torch.randint(
+                n_items, (2 * need + 8,), generator=generator, device=generator.device
+            )
+            cand = draws.cpu().numpy()
         cand = cand[~taken[cand]]
         first = np.sort(np.unique(cand, return_index=True)[1])[:need]
         new = cand[first]
@@ -156,7 +187,7 @@ def perturbed_upload(
     m: int,
     clip: float,
     lam: float,
-    generator: torch.Generator,
+    generator: Generator,
 ) -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
     """One user's item-gradient upload, in the intended order: M pseudo items among the items
     not in ``ids`` with gradients fitted to the real rows ``grads``, then clip(·, −δ, δ) +

@@ -28,6 +28,8 @@ import math
 import numpy as np
 import torch
 
+from privacy.noise import uniform_tensor
+
 ArrayLike = np.ndarray | torch.Tensor
 
 
@@ -78,12 +80,21 @@ def encode_onebit(
     """Eq. 5: clip every element of ``grad`` to [−clip, clip] and replace it by +1 with
     probability 1/2 + (g/clip)(e^β − 1)/(2(e^β + 1)), else −1. Returns int8 ±1 of ``grad``'s shape: a numpy
     array for numpy input (``generator`` must be a ``np.random.Generator``), a torch tensor on
-    ``grad``'s device for torch input (``generator`` a ``torch.Generator`` or None)."""
+    ``grad``'s device for torch input (``generator`` a ``torch.Generator``, None, or a
+    ``np.random.Generator`` — e.g. the secure one of ``--secure-rng``, privacy/noise.py — whose
+    uniforms are drawn on the CPU and converted)."""
     p_plus = onebit_probability(grad, clip, beta)
     if isinstance(p_plus, torch.Tensor):
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise ValueError("a torch gradient needs a torch.Generator (or None)")
-        u = torch.rand(p_plus.shape, generator=generator, device=p_plus.device, dtype=p_plus.dtype)
+        if isinstance(generator, np.random.Generator):
+            u = uniform_tensor(generator, p_plus.shape, p_plus.dtype, p_plus.device)
+        elif generator is not None and not isinstance(generator, torch.Generator):
+            raise ValueError(
+                "a torch gradient needs a torch.Generator, a np.random.Generator or None"
+            )
+        else:
+            u = torch.rand(
+                p_plus.shape, generator=generator, device=p_plus.device, dtype=p_plus.dtype
+            )
         return torch.where(u < p_plus, 1, -1).to(torch.int8)
     if not isinstance(generator, np.random.Generator):
         raise ValueError("a numpy gradient needs a np.random.Generator")

@@ -24,7 +24,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
+
+from privacy.noise import uniform_tensor
 
 DEFAULT_CLIP = 0.5  # B: gradients are clipped to [−B, B] before quantization
 DEFAULT_R = 3.0  # r: the paper's 1/r = 1/3
@@ -58,17 +61,22 @@ def _prepared(g: torch.Tensor, r: float, clip: float | None) -> torch.Tensor:
 def ternary_quantize(
     g: torch.Tensor,
     r: float = DEFAULT_R,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | np.random.Generator | None = None,
     *,
     clip: float | None = DEFAULT_CLIP,
 ) -> tuple[torch.Tensor, float]:
     """Eqs. 19–20: returns (values in {−r, 0, +r} with g's shape and dtype, scale s = r).
 
     ``g`` is first clipped to [−clip, clip] (``clip=None``: no clipping, then |g| ≤ r is
-    required). The generator must live on g's device (CPU generator for CPU tensors).
+    required). A torch generator must live on g's device (CPU generator for CPU tensors); a
+    numpy one (e.g. the secure generator of ``--secure-rng``, privacy/noise.py) draws the
+    uniforms on the CPU.
     """
     gc = _prepared(g, r, clip)
-    u = torch.rand(gc.shape, generator=generator, dtype=gc.dtype, device=gc.device)
+    if isinstance(generator, np.random.Generator):
+        u = uniform_tensor(generator, gc.shape, gc.dtype, gc.device)
+    else:
+        u = torch.rand(gc.shape, generator=generator, dtype=gc.dtype, device=gc.device)
     keep = u < gc.abs() / r  # b_i ~ Bernoulli(|g_i| / r)
     values = torch.where(keep, torch.sign(gc) * r, torch.zeros_like(gc))
     return values, float(r)

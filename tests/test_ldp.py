@@ -116,7 +116,7 @@ def test_pseudo_items_depend_only_on_the_generator_state():
         lambda: clip_and_laplace(torch.zeros(3), 0.1, -1.0, gen(0)),
         lambda: clip_and_laplace(torch.zeros(3, dtype=torch.int64), 0.1, 0.1, gen(0)),
         lambda: clip_and_laplace([0.0], 0.1, 0.1, gen(0)),
-        lambda: clip_and_laplace(torch.zeros(3), 0.1, 0.1, np.random.default_rng(0)),
+        lambda: clip_and_laplace(torch.zeros(3), 0.1, 0.1, 0),  # not a generator
         lambda: pseudo_item_gradients(torch.zeros(0, 3), 2, gen(0)),
         lambda: pseudo_item_gradients(torch.zeros(3), 2, gen(0)),
         lambda: pseudo_item_gradients(torch.zeros(2, 3), -1, gen(0)),

@@ -101,7 +101,7 @@ def test_bad_input_gives_clear_errors() -> None:
     with pytest.raises(ValueError, match="NaN"):
         encode_onebit(np.array([0.0, np.nan]), 1.0, 1.0, rng)
     with pytest.raises(ValueError, match="torch.Generator"):
-        encode_onebit(torch.zeros(3), 1.0, 1.0, rng)
+        encode_onebit(torch.zeros(3), 1.0, 1.0, 42)  # not a generator
     with pytest.raises(ValueError, match="-1 and \\+1"):
         decode_onebit_mean(np.array([[1, 0, -1]]), 1.0, 1.0)
     with pytest.raises(ValueError, match="shape"):

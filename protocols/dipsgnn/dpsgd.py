@@ -23,6 +23,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from data.sequences import PrefixExamples, pad_behaviour_graphs
 from models.dipsgnn import DIPSGNN, batch_tensors
+from privacy.noise import normal_tensor
 
 
 def prefixes_by_user(examples: PrefixExamples, n_users: int) -> list[np.ndarray]:
@@ -137,7 +138,7 @@ def dpsgd_step(
     clip_norm: float,
     noise_multiplier: float,
     max_weight: float,
-    noise: torch.Generator,
+    noise: torch.Generator | np.random.Generator,
 ) -> float:
     """One DP-SGD step on the users ``rows`` (see the module docstring); noise std z · 2C.
     Returns the users' mean loss before the step."""
@@ -150,9 +151,13 @@ def dpsgd_step(
     for name, param in model.named_parameters():
         total = grads[name].sum(dim=0)
         if std > 0:
-            total = total + std * torch.randn(
-                total.shape, generator=noise, device=total.device, dtype=total.dtype
-            )
+            if isinstance(noise, np.random.Generator):  # --secure-rng (privacy/noise.py)
+                z = normal_tensor(noise, total.shape, total.dtype, total.device)
+            else:
+                z = torch.randn(
+                    total.shape, generator=noise, device=total.device, dtype=total.dtype
+                )
+            total = total + std * z
         param.grad = total / len(rows)
     optimizer.step()
     return float(losses.mean())
@@ -177,7 +182,7 @@ def train_epoch_dpsgd(
     noise_multiplier: float,
     max_weight: float,
     sample_rng: np.random.Generator,
-    noise: torch.Generator,
+    noise: torch.Generator | np.random.Generator,
 ) -> tuple[int, float]:
     """⌈n / b⌉ DP-SGD steps, each on b users drawn uniformly without replacement (independently
     per step: the sampling the accountant assumes). ``train_seqs[row]`` is user row's uploaded

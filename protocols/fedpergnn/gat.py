@@ -61,7 +61,7 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
     c, n_items = nodes[0].config, nodes[0].public.n_items
     model = shape_model(c.dim, c.layers)
     for n, e, w in zip(nodes, e_list, w_list):
-        g = n.torch_generator()
+        g = n.noise_generator()  # the upload's noise (--secure-rng: the secure one)
         item_leaf = torch.from_numpy(e)[torch.from_numpy(n.train_items)].requires_grad_(True)
         user_leaf = n.embedding.clone().requires_grad_(True)
         weights = torch.from_numpy(np.array(w, dtype=np.float32)).requires_grad_(True)

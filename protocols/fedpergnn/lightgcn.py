@@ -41,7 +41,9 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
     c, n_items = nodes[0].config, nodes[0].public.n_items
     gens, negs, pairs_pos = [], [], []
     for n in nodes:  # each user's own random draws, in its own stream
-        g = n.torch_generator()
+        # which rows the upload carries (negatives, pseudo items) and its noise: the node's noise
+        # generator (seeded by default; --secure-rng: the secure one, privacy/noise.py)
+        g = n.noise_generator()
         n_neg, _ = msg.upload_counts(len(n.train_items), n_items, c.negatives, c.pseudo_items)
         neg = choose_pseudo_items(n_items, n.train_items, n_neg, g).numpy()
         negs.append(np.sort(neg))
