@@ -15,7 +15,16 @@ Because r ↦ r^e is a bijection of Z_N^*, m' is uniform in Z_N^* whatever x is:
 server sees random numbers. The matcher sees only tokens; without d it cannot evaluate
 x ↦ token, so enumerating the small id space does not help it (see
 privacy/attacks/dictionary.py). It could still query the key server like a user (an online
-dictionary attack); the key server's rate limiting is the defence against that.
+dictionary attack); the defence is the key server's signature budget
+(``privacy.key_server.BlindSigner``, FedPerGNN's ``oprf_budget``): it signs at most that many
+values for one user over a run and refuses the rest, so one identity maps at most that many
+item ids to tokens (a Sybil with many identities multiplies it: the budget bounds the attack per
+identity, it does not stop it).
+
+Secrets: the key (``generate_key``) and the blinding factors r come from the operating system's
+generator (OpenSSL's, and ``secrets`` through :class:`OsRandom`), never from a run's seed; the
+tokens depend on the key and the ids only, so nothing a run computes depends on them.
+:class:`BlindingRng` is a seeded generator for tests that need repeatable blinded values.
 
 Baselines a naive design would use, kept here for the attack tests:
 ``textbook_rsa_token`` (deterministic RSA encryption of the id under the public key, which
@@ -32,6 +41,7 @@ import copyreg
 import hashlib
 import math
 import operator
+import secrets
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
@@ -79,11 +89,29 @@ class SupportsGetrandbits(Protocol):
     def getrandbits(self, k: int, /) -> int: ...
 
 
+class OsRandom:
+    """Blinding factors from the operating system's generator (``secrets``): what every protocol
+    uses. It holds no state, so a node that keeps one pickles (``random.SystemRandom`` refuses
+    to, having no state to save)."""
+
+    def getrandbits(self, k: int) -> int:
+        if k < 0:
+            raise ValueError(f"number of bits must be non-negative, got {k}")
+        return secrets.randbits(k)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, OsRandom)
+
+    def __hash__(self) -> int:
+        return hash(OsRandom)
+
+
 class BlindingRng:
-    """Deterministic cryptographic generator for blinding factors: keyed BLAKE2b in counter
-    mode. ``BlindingRng.from_seed(seed, node_id)`` gives every node its own stream, so runs are
-    reproducible per (seed, node id); in a real deployment pass ``secrets.SystemRandom()``.
-    (``random.Random`` works too but is not a cryptographic generator.)"""
+    """Deterministic generator for blinding factors: keyed BLAKE2b in counter mode, for tests
+    that need repeatable blinded values (``BlindingRng.from_seed(seed, label)``). A protocol
+    never uses it: its blinding factors are secrets and come from :class:`OsRandom`; one
+    derived from a published seed would let anyone unblind. (``random.Random`` works too but is
+    not a cryptographic generator.)"""
 
     def __init__(self, seed: bytes) -> None:
         if not isinstance(seed, bytes | bytearray):
@@ -147,7 +175,8 @@ except (ImportError, AttributeError):  # pragma: no cover - other cryptography b
 
 
 def generate_key(bits: int = 2048) -> rsa.RSAPrivateKey:
-    """A fresh RSA key for the key server (public exponent 65537)."""
+    """A fresh RSA key for the key server (public exponent 65537, a modulus of exactly ``bits``
+    bits), drawn by OpenSSL from the operating system's generator."""
     if bits < 1024:
         raise ValueError(f"RSA modulus must have at least 1024 bits, got {bits}")
     return rsa.generate_private_key(public_exponent=65537, key_size=bits)

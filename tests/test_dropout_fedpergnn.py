@@ -199,7 +199,7 @@ def test_no_item_id_leaves_a_device_in_the_clear(dropout_runs):
         if m.kind == "oprf_key_request":
             assert m.payload == msg.encode_key_request()  # says nothing but "send the key"
         elif m.kind == "oprf_blinded":  # blinded values only: no id, no FDH of an id
-            blinded = wire.decode_bigints(m.payload)
+            blinded = msg.decode_blinded(m.payload, 1024)
             assert len(blinded) == len(train[u])
             assert not set(blinded) & (hashes | set(range(N_ITEMS)))
         elif m.kind == "item_grads":  # ids mixed with negatives and pseudo items

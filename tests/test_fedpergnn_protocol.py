@@ -260,15 +260,16 @@ def test_round_bytes_equal_formula(shared_run):
     key = [m for m in tapped if m.kind == "oprf_public_key"][0]
     big_n, e = wire.decode_bigints(key.payload)
     assert r0["oprf_public_key"] == n_u * (5 + (2 + 128) + (2 + 3))  # 1024-bit N, e = 65537
+    # blinded values and signatures at the modulus' byte length: a blob of 128 bytes a value,
+    # whatever the key and the blinding factors
     for kind in ("oprf_blinded", "oprf_signed"):
-        total = 0
+        assert r0[kind] == sum(5 + 128 * len(train[u]) for u in users)
+        assert msg.blinded_size(len(train[users[0]]), 1024) == 5 + 128 * len(train[users[0]])
         for m in tapped:
             if m.kind == kind:
-                values = wire.decode_bigints(m.payload)
-                total += 5 + sum(2 + (v.bit_length() + 7) // 8 for v in values)
+                values = msg.decode_blinded(m.payload, 1024)
                 u = index_of(m.src if kind == "oprf_blinded" else m.dst)
-                assert len(values) == len(train[u])
-        assert r0[kind] == total
+                assert len(values) == len(train[u]) and all(0 < v < big_n for v in values)
     assert r0["expand_request"] == sum(
         1 + 2 + 4 + (5 + 32 * len(train[u])) + 4 + (3 + 4 + 4 * DIM) for u in users
     )
@@ -335,7 +336,7 @@ def test_no_raw_item_id_in_any_message(shared_run):
 
     # the key server only sees blinded values: no id, no FDH of an id, no value twice
     blinded = [
-        v for m in tapped if m.kind == "oprf_blinded" for v in wire.decode_bigints(m.payload)
+        v for m in tapped if m.kind == "oprf_blinded" for v in msg.decode_blinded(m.payload, 1024)
     ]
     assert not set(blinded) & (hashes | set(range(N_ITEMS)))
     assert len(set(blinded)) == len(blinded) == sum(len(train[u]) for u in protocol.users)

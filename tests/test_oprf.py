@@ -187,20 +187,23 @@ def test_keys_and_public_numbers_pickle_for_checkpoints():
         )
 
 
-def test_seeded_key_server_and_client_give_the_prf_value():
-    """privacy/key_server.py: the seeded key is a function of the generator's stream, and the
-    signer/client pair computes the same tokens as the one-call OPRF."""
-    from privacy.key_server import BlindSigner, OprfClient, seeded_rsa_key
+def test_key_server_and_client_give_the_prf_value():
+    """privacy/key_server.py: the signer/client pair computes the same tokens as the one-call
+    OPRF, with blinding factors from the operating system (OsRandom, which pickles)."""
+    import pickle
 
-    a = seeded_rsa_key(np.random.default_rng(5), 1024)
-    b = seeded_rsa_key(np.random.default_rng(5), 1024)
-    assert a.private_numbers() == b.private_numbers() and a.key_size == 1024
-    signer = BlindSigner(a)
-    client = OprfClient(oprf.BlindingRng.from_seed(0, "client"))
-    client.receive_key(*signer.public_numbers())
+    from privacy.key_server import BlindSigner, OprfClient
+
+    key = fixed_key(5)
+    signer = BlindSigner(key)
+    client = OprfClient()
+    assert isinstance(client.blinding, oprf.OsRandom)
+    assert pickle.loads(pickle.dumps(client)).blinding == client.blinding
+    assert client.receive_key(*signer.public_numbers(), min_bits=1024) is None
     ids = [3, 1, 4]
-    tokens = client.finalize(ids, signer.sign(client.blind(ids)))
-    assert tokens == oprf.oprf_tokens(ids, a, oprf.BlindingRng.from_seed(0, "other"))
-    assert signer.signed == len(ids)
-    with pytest.raises(ValueError, match="1024 bits"):
-        seeded_rsa_key(np.random.default_rng(0), 512)
+    blinded = client.blind(ids)
+    assert client.pending == 3 and client.answer_problem(signer.sign(blinded)) is None
+    tokens = client.finalize(ids, signer.sign(blinded))
+    assert tokens == oprf.oprf_tokens(ids, key, oprf.BlindingRng.from_seed(0, "other"))
+    assert signer.signed == 2 * len(ids) and client.pending == 0
+    assert client.blind(ids) != blinded  # fresh factors every exchange

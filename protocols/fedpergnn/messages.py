@@ -6,8 +6,17 @@ import numpy as np
 
 from cluster import validate as v
 from cluster import wire
+from privacy.key_server import decode_residues, encode_residues, residue_bytes, residues_size
 from privacy.oprf import TOKEN_BYTES
 from protocols.sparse_rows import decode_rows, encode_rows, rows_size
+
+# key server -> user: (N, e), as bigints (N has exactly key_bits bits, e = 65537: a fixed size)
+# user -> key server: blinded values m' = H(x)·r^e mod N, one per own item; key server -> user:
+# the signatures s' = m'^d mod N, in the same order. Both at the modulus' byte length
+# (privacy/key_server.py), so their size is the same whatever the key and the blinding factors.
+encode_blinded = encode_signed = encode_residues
+decode_blinded = decode_signed = decode_residues
+blinded_size = signed_size = residues_size
 
 
 def encode_tokens(tokens: list[bytes]) -> bytes:
@@ -129,12 +138,14 @@ def _upload_cap(shared) -> float | None:
 
 
 def check_blinded(payload: bytes, shared) -> None:
-    """One blinded value below the RSA modulus per item, at most the catalogue."""
-    v.bigints(payload, max_bits=shared.config.key_bits, max_count=shared.public.n_items)
+    """At most one value per item of the catalogue, each at the modulus' byte length. Whether a
+    value lies below N (and above 0) is the key server's own check: N is its key."""
+    width = residue_bytes(shared.config.key_bits)
+    v.chunks(payload, width, max_count=shared.public.n_items)
 
 
 def check_public_key(payload: bytes, shared) -> None:
-    """(N, e) of the key server's modulus size."""
+    """(N, e) of the key server's modulus size (the user checks the key itself before use)."""
     v.bigints(payload, max_bits=shared.config.key_bits, count=2)
 
 
@@ -142,9 +153,12 @@ check_signed = check_blinded
 
 
 def check_expand_request(payload: bytes, shared) -> None:
-    """At most one token per item of the catalogue and a finite embedding of width d."""
+    """At most one token per item of the catalogue, sorted (as a user sends them), and a finite
+    embedding of width d."""
     t, e = v.record(payload, 2)
-    v.chunks(t, TOKEN_BYTES, max_count=shared.public.n_items)
+    tokens = v.chunks(t, TOKEN_BYTES, max_count=shared.public.n_items)
+    if any(a > b for a, b in zip(tokens, tokens[1:])):
+        raise v.Invalid("order", "expand request: tokens not sorted")
     v.dense(e, (shared.config.dim,), what="embedding")
 
 

@@ -43,7 +43,12 @@ neighbours if it never expanded). The ``rejoin`` supersteps run only once an abs
 seen (a participant dropped or a message late), so a fair-weather run is unchanged by them.
 
 Key-server replicas (``key_servers = R``): R nodes hold the same key; user u talks to replica
-u mod R, so that signing runs on R actors at once.
+u mod R, so that signing runs on R actors at once. The driver draws that key once from the
+operating system (``node_specs``, never from the seed) and hands each replica its PKCS#8 bytes, as
+an operator provisions replicas; the report gives the key's fingerprint (``key_fingerprint``,
+SHA-256 of the public key) and flags a key below 2048 bits. Each replica signs at most
+``oprf_budget`` values per user over the run (the defence against an online dictionary attack by
+a user; roles.py lists what else the key server and the users check).
 
 Attack switches (measurements, under ``privacy`` in summary.json): ``attack_gradient_inference``
 makes the server run the positive-item inference of privacy/attacks/gradient_inference.py on
@@ -73,8 +78,16 @@ from privacy.attacks import (
     precision_recall_f1,
     recovery_rate,
 )
+from privacy.key_server import key_fingerprint, key_report, key_to_der, new_key
 from privacy.ldp import laplace_epsilon_per_coordinate, laplace_epsilon_vector
-from protocols.base import MainMetric, PaperClaim, PaperFigure, PrivacyReport, Protocol
+from protocols.base import (
+    ConfigError,
+    MainMetric,
+    PaperClaim,
+    PaperFigure,
+    PrivacyReport,
+    Protocol,
+)
 from protocols.fedpergnn import gat
 from protocols.fedpergnn.config import FedPerGNNConfig, FedPerGNNPublic, upload_laplace
 from protocols.fedpergnn.roles import MATCHER, SERVER, KeyServer, Matcher, Server, User
@@ -153,6 +166,13 @@ class FedPerGNN(Protocol):
         self.attack: dict[str, float] = {}  # cumulative attack measurements (switches)
         self._attack_sums: dict[str, list[float]] = {}
         self.users = [u for u in range(dataset.n_users) if len(self.train_items[u])]
+        largest = max((len(self.train_items[u]) for u in self.users), default=0)
+        if largest > config.oprf_budget:  # honest users would be refused their tokens
+            raise ConfigError(
+                f"oprf_budget: {config.oprf_budget} signatures per user, below the largest "
+                f"profile ({largest} items): give oprf_budget >= {2 * largest}"
+            )
+        self.key_fingerprint: str | None = None  # SHA-256 of the key server's public key
         self.accountant = PrivacyAccountant(delta=config.privacy_delta)
         self.round_epsilon: list[float] = []  # max ε of one upload, per round (exact)
         self.set_up = False
@@ -193,8 +213,12 @@ class FedPerGNN(Protocol):
         users = np.array(self.users + fake, dtype=np.int64)
         replicas = self.config.key_servers
         specs = [NodeSpec(Server, SERVER, {"users": users})]
+        # the replicas' one key, from the operating system (a resumed run's replicas get theirs
+        # back from the checkpoint); the driver keeps none of it
+        key = key_to_der(new_key(self.config.key_bits))
         for r, nid in enumerate(self.key_server_ids):  # user u → replica u mod R
-            specs.append(NodeSpec(KeyServer, nid, {"users": users[users % replicas == r]}))
+            served = users[users % replicas == r]
+            specs.append(NodeSpec(KeyServer, nid, {"users": served, "key": key}))
         specs.append(NodeSpec(Matcher, MATCHER))
         for u in self.users:
             data = {"train_items": self.train_items[u], "test_items": self.test_items[u]}
@@ -220,6 +244,7 @@ class FedPerGNN(Protocol):
         paper's third-party server holding the key of the privacy-preserving graph expansion)."""
         dep.status(f"item tokens: blind-RSA OPRF with the key server ({len(self.users)} users)…")
         dep.superstep(round_, "oprf_key", activate=self.key_server_ids)  # (N, e) → users
+        self.key_fingerprint = key_fingerprint(*dep.call(self.key_server_ids[0], "public_numbers"))
         dep.superstep(round_, "oprf_blind")  # m' = H(x)·r^e → key server
         dep.superstep(round_, "oprf_sign")  # s' = m'^d → user
         dep.superstep(round_, "oprf_finalize")  # s = s'·r⁻¹, token = SHA-256(s)
@@ -384,6 +409,7 @@ class FedPerGNN(Protocol):
                 "receives them (vector L1 sensitivity 2·clip·n, n rounded up to 2^k or 1.5·2^k)",
                 "unprotected": "e_u goes to the matcher without noise (as in the paper)",
                 "accountant": self.accountant.summary(),
+                **key_report(c.key_bits, self.key_fingerprint),
             },
         )
 

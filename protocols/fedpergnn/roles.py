@@ -32,6 +32,24 @@ previous one's messages: it keeps the round's download for ``train`` and sends
 graph); the key server answers with its key or the signatures, the user goes on (key → blind,
 signed → tokens → ``expand_request``), and the matcher answers each request against the latest
 request of every user. A message that never arrives leaves the user where it was.
+
+**What each role checks** of what a user sent (beside the host's screen, ``ACCEPTS``, which
+also checks that a user's tokens come sorted): the key server answers only the users of its
+replica (else ``peer``), one request of each kind per user and step, signs no value outside
+1..N−1 or sharing a factor with N (``range``) and no more than ``oprf_budget`` values per user
+over the run (``budget``); a refused request gets no signature. The matcher takes one request
+per user and step (``budget``). The server takes uploads only from the users it sampled at this
+round's download (``peer``), one of each kind per user (``budget``). A user checks the key it is
+given (e = 65537, an odd modulus of ``key_bits`` bits with no small factor; else it keeps none
+and blinds nothing: ``range``), the key server's answer (one signature per value it blinded,
+each verifying) and the matcher's (tokens it holds). Each drop is counted under ``rejected``;
+none raises.
+
+**Secrets** (privacy/key_server.py): the driver draws the replicas' one RSA key from the
+operating system (``FedPerGNN.node_specs``) and hands it to each replica; blinding factors come
+from ``secrets``. Neither follows from the seed, and nothing the run computes depends on them:
+tokens are compared, never ordered by value (a user sorts its neighbour links by item), and RSA
+values travel at the modulus' byte length.
 """
 
 from __future__ import annotations
@@ -45,9 +63,9 @@ from cluster.message import index_of, node_id
 from cluster.validate import Accept, empty_blob
 from models.fedpergnn_gat import LocalGAT
 from models.lightgcn import xavier_rows
-from nodes.node import Node, NodeContext, expect_kinds, node_seed
+from nodes.node import Node, NodeContext, expect_kinds
 from privacy import oprf
-from privacy.key_server import BlindSigner, OprfClient
+from privacy.key_server import BlindSigner, OprfClient, key_from_der, new_key
 from privacy.ldp import laplace_noise
 from protocols.base import sample_participants
 from protocols.fedpergnn import gat, lightgcn
@@ -81,12 +99,14 @@ class KeyServer(Node):
         "oprf_key_request": Accept(("user",), ("rejoin",), empty_blob),
     }
 
-    def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray):
+    def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray, key: bytes | None = None):
         super().__init__(nid, ctx)
         self.users = np.asarray(users, dtype=np.int64)  # the users this replica serves
-        # every replica holds the one key, derived from replica 0's seed (a deployment copies it)
-        key_rng = np.random.default_rng(node_seed(ctx.seed, KEY_SERVER))
-        self.signer = BlindSigner.seeded(key_rng, self.config.key_bits)
+        # every replica holds the one key the driver drew from the operating system (PKCS#8 DER,
+        # FedPerGNN.node_specs); a key server made without one draws its own
+        c = self.config
+        private = key_from_der(key) if key is not None else new_key(c.key_bits)
+        self.signer = BlindSigner(private, budget=c.oprf_budget)
 
     def handle(self, phase: str, inbox) -> None:
         if phase == "oprf_key":
@@ -97,22 +117,37 @@ class KeyServer(Node):
         elif phase in ("oprf_sign", "rejoin"):
             # rejoin: users that missed the broadcast or the signing catch up one by one
             expect_kinds(inbox, "oprf_blinded", "oprf_key_request", node=self.id)
+            bits, answered = self.config.key_bits, set()
             for m in inbox:  # sorted by sender
                 if key_server_of(index_of(m.src), self.config.key_servers) != self.id:
-                    raise ValueError(f"{self.id}: {m.kind} from {m.src}, served by another replica")
+                    self.reject(m, "peer")  # served by another replica
+                    continue
+                if (m.src, m.kind) in answered:  # one answer of each kind per user and step
+                    self.reject(m, "budget")
+                    continue
                 if m.kind == "oprf_key_request":
-                    msg.decode_key_request(m.payload)
+                    answered.add((m.src, m.kind))
                     payload = wire.encode_bigints(list(self.signer.public_numbers()))
                     self.send("oprf_public_key", m.src, payload)
                     continue
-                signed = self.signer.sign(wire.decode_bigints(m.payload))
-                self.send("oprf_signed", m.src, wire.encode_bigints(signed))
+                blinded = msg.decode_blinded(m.payload, bits)
+                refused = self.signer.refusal(m.src, blinded)  # range (0, ≥ N) or budget
+                if refused is not None:
+                    self.reject(m, refused)  # no signature for any of its values
+                    continue
+                answered.add((m.src, m.kind))
+                signed = self.signer.sign(blinded, m.src)
+                self.send("oprf_signed", m.src, msg.encode_signed(signed, bits))
         else:
             super().handle(phase, inbox)
 
     def public_numbers(self) -> tuple[int, int]:
         """(N, e): public, as every user receives it."""
         return self.signer.public_numbers()
+
+    def issued(self) -> dict[str, int]:
+        """Values signed per user so far (tests: the budget)."""
+        return dict(self.signer.issued)
 
 
 class Matcher(Node):
@@ -141,7 +176,13 @@ class Matcher(Node):
             return super().handle(phase, inbox)
         expect_kinds(inbox, "expand_request", node=self.id)
         k_max = self.config.max_neighbors
-        requests = {m.src: msg.decode_expand_request(m.payload) for m in inbox}
+        requests: dict[str, tuple[list[bytes], np.ndarray]] = {}
+        for m in inbox:
+            if m.src in requests:  # one request per user and step
+                self.reject(m, "budget")
+                continue
+            tokens, emb = msg.decode_expand_request(m.payload)
+            requests[m.src] = (sorted(set(tokens)), emb)  # a token counts once
         for tokens, _ in requests.values():
             self.observed.update(tokens)
         self.latest.update(requests)
@@ -154,8 +195,9 @@ class Matcher(Node):
             own = set(tokens)
             found = sorted({v for t in tokens for v in holders[t] if v != s}, key=index_of)
             if len(found) > k_max:  # uniform sample of max_neighbors
-                found = [found[j] for j in np.sort(self.rng.choice(len(found), k_max, False))]
-            found = [found[j] for j in self.rng.permutation(len(found))]  # anonymous order
+                picked = np.sort(self.noise_rng.choice(len(found), k_max, False))
+                found = [found[j] for j in picked]
+            found = [found[j] for j in self.noise_rng.permutation(len(found))]  # anonymous order
             emb = np.zeros((0, len(requests[s][1])), dtype=np.float32)
             if found:
                 emb = np.stack([self.latest[v][1] for v in found])
@@ -180,6 +222,7 @@ class Server(Node):
         self.item_emb = torch.nn.Parameter(torch.from_numpy(e))
         self.optimizer = torch.optim.Adam([self.item_emb], lr=c.lr_item)
         self.attack_views: list[tuple[str, np.ndarray, np.ndarray]] = []
+        self.sampled: tuple[int, frozenset[int]] = (-1, frozenset())  # (round, Ū) of the download
         self.gat_weights = None  # θ, the GAT backbone's weights (flat), server-held
         if c.backbone == "gat":
             init = LocalGAT(c.dim, c.layers, seed=int(self.rng.integers(0, 2**31)))
@@ -192,6 +235,7 @@ class Server(Node):
             users = self.users
             if phase == "download":
                 users = sample_participants(self.rng, users, self.config.users_per_round)
+                self.sampled = (self.round, frozenset(int(u) for u in users))
             prefix = "" if phase == "download" else "eval_"
             # all of E to each user (and θ with the gat backbone)
             payloads = {f"{prefix}item_embeddings": wire.encode_dense(self.item_emb.detach())}
@@ -203,7 +247,7 @@ class Server(Node):
         elif phase == "aggregate":
             expect_kinds(inbox, "item_grads", "gat_grads", node=self.id)
             uploads, model_uploads, coords = [], [], {}
-            for m in inbox:  # sorted by sender: the same sum whatever the placement
+            for m in self._uploads_of_sampled(inbox):  # by sender: the same sum on any placement
                 if m.kind == "gat_grads":
                     model_uploads.append(wire.decode_dense(m.payload))
                     coords[m.src] = coords.get(m.src, 0) + model_uploads[-1].size
@@ -228,13 +272,29 @@ class Server(Node):
                 gat.step_on_mean_dense(self.gat_weights, self.gat_optimizer, model_uploads)
             scale = model_laplace(self.config, len(uploads))
             if scale:  # the authors' code: noise on every weight of the updated model
-                g = self.torch_generator()
+                g = self.noise_generator()
                 with torch.no_grad():
                     for w in (self.item_emb, self.gat_weights):
                         if w is not None:
                             w.add_(laplace_noise(w.shape, scale, g).to(w.dtype))
         else:
             super().handle(phase, inbox)
+
+    def _uploads_of_sampled(self, inbox) -> list:
+        """The uploads that may count: from users sampled at this round's download (another
+        sender: ``peer``), one of each kind per user (a second one: ``budget``)."""
+        round_, sampled = self.sampled
+        sampled = sampled if round_ == self.round else frozenset()
+        kept, seen = [], set()
+        for m in inbox:
+            if index_of(m.src) not in sampled:
+                self.reject(m, "peer")
+            elif (m.src, m.kind) in seen:
+                self.reject(m, "budget")
+            else:
+                seen.add((m.src, m.kind))
+                kept.append(m)
+        return kept
 
     def get_item_embeddings(self) -> np.ndarray:
         return self.item_emb.detach().numpy().copy()
@@ -277,7 +337,7 @@ class User(Node):
         self.train_ratings = _ratings(train_ratings, self.train_items)
         self.test_ratings = _ratings(test_ratings, self.test_items)
         self.embedding = torch.from_numpy(xavier_rows(self.rng, 1, self.public.n_users, dim)[0])
-        self.oprf = OprfClient(oprf.BlindingRng(self.rng.bytes(32)))
+        self.oprf = OprfClient()  # blinding factors from the operating system
         self.tokens: list[bytes] = []  # aligned with train_items
         self.nbr_emb = torch.zeros((0, dim))
         self.last_pseudo_items = np.zeros(0, dtype=np.int64)
@@ -295,47 +355,71 @@ class User(Node):
     def handle(self, phase: str, inbox) -> None:
         if phase == "oprf_blind":
             expect_kinds(inbox, "oprf_public_key", node=self.id)
-            self._blind(inbox[0].payload)
+            self._blind(inbox[0])
         elif phase == "oprf_finalize":
             expect_kinds(inbox, "oprf_signed", node=self.id)
-            self._finalize(inbox[0].payload)
+            self._finalize(inbox[0])
         elif phase == "expand_send":
             expect_kinds(inbox, node=self.id)
             if self.tokens:  # without tokens (away at the OPRF) it catches up when sampled
                 self._request_expansion()
         elif phase == "expand_receive":
             expect_kinds(inbox, "expand_reply", node=self.id)
-            self._receive_expansion(inbox[0].payload)
+            self._receive_expansion(inbox[0])
         elif phase == "rejoin":
             self._rejoin(inbox)
         else:
             raise ValueError(f"{type(self).__name__}: no handler for phase {phase!r}")
 
-    def _blind(self, key_payload: bytes) -> None:
-        """OPRF: keep (N, e), send m' = H(x)·r^e mod N for every own item x."""
-        self.oprf.receive_key(*wire.decode_bigints(key_payload))
+    def _blind(self, m) -> None:
+        """OPRF: check and keep (N, e), send m' = H(x)·r^e mod N for every own item x. A key that
+        fails the check (e ≠ 65537, a modulus below key_bits or with a small factor) is dropped:
+        the user keeps no key and blinds nothing (it asks again when it catches up)."""
+        n, e = wire.decode_bigints(m.payload)  # two values: the host's screen checked
+        if self.oprf.receive_key(n, e, min_bits=self.config.key_bits) is not None:
+            self.reject(m, "range")
+            return
         self._send_blinded()
 
     def _send_blinded(self) -> None:
+        if not len(self.train_items):  # nothing to tokenize (a fake user's profile comes later)
+            return
         blinded = self.oprf.blind(self.train_items.tolist())
-        self.send("oprf_blinded", self.key_server, wire.encode_bigints(blinded))
+        payload = msg.encode_blinded(blinded, self.config.key_bits)
+        self.send("oprf_blinded", self.key_server, payload)
 
-    def _finalize(self, signed_payload: bytes) -> None:
-        """OPRF: s = s'·r⁻¹, check s^e = H(x), token = SHA-256(s); tokens are cached."""
-        signed = wire.decode_bigints(signed_payload)
-        self.tokens = self.oprf.finalize(self.train_items.tolist(), signed)
+    def _finalize(self, m) -> bool:
+        """OPRF: s = s'·r⁻¹, check s^e = H(x), token = SHA-256(s); tokens are cached. An answer
+        that is not one valid signature per value blinded is dropped (the exchange failed: the
+        user asks again when it catches up). Returns whether it has its tokens."""
+        signed = msg.decode_signed(m.payload, self.config.key_bits)
+        problem = self.oprf.answer_problem(signed)
+        if problem is not None:
+            self.reject(m, problem)
+            return False
+        try:
+            self.tokens = self.oprf.finalize(self.train_items.tolist(), signed)
+        except oprf.OprfVerificationError:  # a signature that does not verify
+            self.reject(m, "range")
+            return False
+        return True
 
     def _request_expansion(self) -> None:
         request = msg.encode_expand_request(sorted(self.tokens), self.embedding)
         self.send("expand_request", MATCHER, request)
 
-    def _receive_expansion(self, reply_payload: bytes) -> None:
-        emb, shared = msg.decode_expand_reply(reply_payload)
+    def _receive_expansion(self, m) -> None:
+        emb, shared = msg.decode_expand_reply(m.payload)
         position = {t: i for i, t in enumerate(self.tokens)}
+        if any(t not in position for s in shared for t in s):  # a token it does not hold
+            self.reject(m, "range")
+            return
         v = np.repeat(np.arange(len(shared)), [len(s) for s in shared]).astype(np.int64)
         i = np.array([position[t] for s in shared for t in s], dtype=np.int64)
+        # links by (neighbour, item): the tokens' order follows their values, hence the key
+        order = np.lexsort((i, v))
         self.nbr_emb = torch.from_numpy(emb.astype(np.float32))
-        self.nbr_links = (v, i)
+        self.nbr_links = (v[order], i[order])
         self.graph_epoch = self._epoch()
 
     def _epoch(self) -> int:
@@ -363,13 +447,12 @@ class User(Node):
                 self._request_expansion()
         for m in inbox:
             if m.kind == "oprf_public_key":
-                self._blind(m.payload)
+                self._blind(m)
             elif m.kind == "oprf_signed":
-                self._finalize(m.payload)
-                if not self.graph_is_current():
+                if self._finalize(m) and not self.graph_is_current():
                     self._request_expansion()
             elif m.kind == "expand_reply":
-                self._receive_expansion(m.payload)
+                self._receive_expansion(m)
 
     def take_download(self) -> list:
         """The download kept by ``rejoin`` in this round (emptied by the call)."""

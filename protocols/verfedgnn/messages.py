@@ -13,6 +13,14 @@ import torch
 
 from cluster import validate as v
 from cluster import wire
+from privacy.key_server import decode_residues, encode_residues, residue_bytes, residues_size
+
+# PSI: key server -> party (N, e) as bigints; party -> key server the blinded values of its ids,
+# key server -> party their signatures, both at the modulus' byte length (privacy/key_server.py:
+# the same size whatever the key and the blinding factors)
+encode_blinded = encode_signed = encode_residues
+decode_blinded = decode_signed = decode_residues
+blinded_size = signed_size = residues_size
 
 
 def encode_public(seed: int, participants: np.ndarray, theta: torch.Tensor) -> bytes:
@@ -37,12 +45,13 @@ def decode_public(payload: bytes) -> tuple[int, np.ndarray, torch.Tensor]:
 
 
 def decode_gradient(payload: bytes, n_public: int, src: str = "a party") -> np.ndarray:
-    """A party's released gradient of θ: sparse ternary, or dense fp32 (Laplace, none)."""
+    """A party's released gradient of θ: sparse ternary, or dense fp32 (Laplace, none). A length
+    other than ``n_public`` raises WireError before anything of that length is allocated."""
     tag = wire.peek_tag(payload)
     if tag == "ternary":
-        g = wire.decode_ternary(payload)
+        g = wire.decode_ternary(payload, length=n_public)
     elif tag == "dense":
-        g = wire.decode_dense(payload).astype(np.float32)
+        g = wire.decode_dense(payload, max_numel=n_public).astype(np.float32)
     else:
         raise wire.WireError(f"gradient from {src}: unexpected codec {tag}")
     if g.shape != (n_public,):
@@ -79,10 +88,11 @@ def paper_iteration_floats(*, n_public: int, s: int, rows: int, dim: int, n_laye
 # θ's length and the projection's row count follow from the aligned users (the PSI's outcome,
 # not a public value): the receiving handler compares them with its own θ and Φ.
 def check_blinded(payload: bytes, shared) -> None:
-    """One blinded value below the PSI modulus per user a party knows (at most N common users and
-    its ``psi_extra_users`` own ones)."""
+    """One blinded value per user a party knows (at most N common users and its
+    ``psi_extra_users`` own ones), each at the PSI modulus' byte length. Whether a value lies in
+    1..N−1 is the key server's own check (N is its key)."""
     most = shared.public.n_users + shared.config.psi_extra_users
-    v.bigints(payload, max_bits=shared.config.psi_key_bits, max_count=most)
+    v.chunks(payload, residue_bytes(shared.config.psi_key_bits), max_count=most)
 
 
 check_signed = check_blinded
@@ -93,10 +103,14 @@ def check_public_key(payload: bytes, shared) -> None:
 
 
 def check_tokens(payload: bytes, shared) -> None:
+    """At most one token per id a party knows (the common users and its ``psi_extra_users``),
+    sorted and distinct."""
     from privacy.oprf import TOKEN_BYTES
 
-    # a party's ids: the common users and its own extra ones (``psi_extra_users``)
-    v.chunks(payload, TOKEN_BYTES, max_count=shared.public.n_users + shared.config.psi_extra_users)
+    most = shared.public.n_users + shared.config.psi_extra_users
+    tokens = v.chunks(payload, TOKEN_BYTES, max_count=most)
+    if any(a >= b for a, b in zip(tokens, tokens[1:])):
+        raise v.Invalid("order", "PSI tokens: not sorted and distinct")
 
 
 def check_intersection(payload: bytes, shared) -> None:
@@ -119,13 +133,41 @@ def check_aggregates(payload: bytes, shared) -> None:
     v.dense(payload, (None, None, shared.config.dim), what="aggregates")
 
 
+def theta_size_bound(shared) -> int:
+    """The most coordinates θ can have: its length grows with the aligned users (one embedding
+    row each), at most the N users and a party's own ``psi_extra_users`` (a lone party aligns
+    with itself). A public bound: θ's exact length is the PSI's outcome, which the server's
+    handler compares with its own θ."""
+
+    def count(sh) -> int:
+        from protocols.verfedgnn.aggregation import party_model, public_parameters
+
+        one = np.zeros(1, dtype=np.int64)
+
+        def size(n_users: int) -> int:
+            model = party_model(sh.config, n_users, 1, sh.public.n_items, one, one, 0)
+            return sum(p.numel() for p in public_parameters(model))
+
+        most = sh.public.n_users + sh.config.psi_extra_users
+        s1, s2 = size(1), size(2)
+        return s1 + (most - 1) * (s2 - s1)
+
+    return v.per_shared(shared, "verfedgnn.theta", count)
+
+
 def check_gradient(payload: bytes, shared) -> None:
     """∂θ: a sparse ternary vector (bounded by its scale) or a finite dense vector (Laplace and
-    no-mechanism variants: magnitudes left to a robust aggregation)."""
+    no-mechanism variants: magnitudes left to a robust aggregation), of at most θ's largest
+    length (:func:`theta_size_bound`): a declared length beyond it is dropped before anything of
+    that length is allocated."""
     tag = v.decoded(wire.peek_tag, payload)
+    most = theta_size_bound(shared)
     if tag == "ternary":
-        v.ternary(payload)
-    elif tag == "dense":
-        v.dense(payload, (None,), what="gradient")
+        length = v.ternary(payload)[0]  # read without densifying
+        if length > most:
+            raise v.Invalid("size", f"gradient: declared length {length} > θ's {most}")
+    elif tag == "dense":  # a view of the payload's own bytes: nothing allocated
+        if v.dense(payload, (None,), what="gradient").size > most:
+            raise v.Invalid("size", f"gradient: more than θ's {most} coordinates")
     else:
         raise v.Invalid("malformed", f"gradient: unexpected codec {tag}")

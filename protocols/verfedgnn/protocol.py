@@ -8,13 +8,16 @@ weights a_k, and the attention vectors (GAT) or GRU weights (GGNN). Node ids: ``
 
 Round 0 first aligns the users (step 1, protocols/verfedgnn/psi.py) when ``psi`` is on:
 
-``psi_key``    key server → parties: its RSA public key (bigints).
-``psi_blind``  parties → key server: blinded full-domain hashes of their user ids (bigints).
-``psi_sign``   key server → parties: blind signatures (bigints).
+``psi_key``    key server → parties: its RSA public key (bigints), drawn from the operating
+               system (never from the seed; the report gives its fingerprint).
+``psi_blind``  parties → key server: blinded full-domain hashes of their user ids (values at the
+               modulus' byte length), after checking the key.
+``psi_sign``   key server → parties: blind signatures (the same form).
 ``psi_tokens`` parties → server: sorted 32-byte OPRF tokens (blob).
-``psi_match``  server → parties: positions of the common tokens in each party's sorted list (ids);
-               the rank of a common token is the aligned user index 0..N−1.
-``psi_align``  parties re-index their ratings by aligned user and build their local model.
+``psi_match``  server → parties: positions of the common tokens in each party's sorted list (ids).
+``psi_align``  parties order the common users by id (the aligned user index 0..N−1, the same at
+               every party and independent of the key), re-index their ratings by it and build
+               their local model.
 
 The alignment is a set-up between organisations and waits for every party (exempt from the
 run's availability model, see ``align``). A node restored from a snapshot taken before it (a
@@ -91,6 +94,7 @@ from privacy.accountant import (
     approx_dp_event,
     laplace_vector_event,
 )
+from privacy.key_server import key_fingerprint, key_report
 from privacy.ldp import laplace_epsilon_per_coordinate, laplace_epsilon_vector
 from privacy.ternary import ternary_delta
 from protocols.base import MainMetric, PaperClaim, PaperFigure, PrivacyReport, Protocol
@@ -163,6 +167,7 @@ class VerFedGNN(Protocol):
         self.participation_counts = np.zeros(c.parties, dtype=np.int64)
         self.accountant = PrivacyAccountant(delta=c.privacy_delta)
         self.n_public: int | None = None
+        self.key_fingerprint: str | None = None  # SHA-256 of the PSI key server's public key
         self.baseline = global_mean_rmse(self.train, self.test)
         self.n_users = dataset.n_users  # honest users, then the adversarial ones (attack)
         self.adversaries: attack.Adversaries | None = None
@@ -251,6 +256,7 @@ class VerFedGNN(Protocol):
                 activate=[KEY_SERVER] if phase == "psi_key" else (),
                 availability=False,
             )
+        self.key_fingerprint = key_fingerprint(*dep.call(KEY_SERVER, "public_numbers"))
 
     def rejoin(self, dep: Deployment, round_: int, parties: list[int]) -> None:
         """The PSI again for ``parties``, which lost their alignment (a host restored from a
@@ -388,6 +394,8 @@ class VerFedGNN(Protocol):
         c = self.config
         releases = int(self.participation_counts.max(initial=0))
         details: dict = {"releases": releases}
+        if c.psi:  # the PSI's key: fingerprint and size (flagged below 2048 bits)
+            details.update(key_report(c.psi_key_bits, self.key_fingerprint))
         report = dict(mechanism=c.mechanism, delta=c.privacy_delta, unit="party", details=details)
         if self.n_public is None:
             return PrivacyReport(epsilon=0.0, **report)

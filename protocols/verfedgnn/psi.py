@@ -3,13 +3,16 @@
 Every party turns each of its user ids into a token with the blind-RSA OPRF of privacy/oprf.py
 (a key-server node signs blinded values it cannot read), sends only the sorted tokens to the
 server, and the server intersects the token sets. It answers each party with the positions of the
-common tokens in that party's sorted token list, in the order of the sorted common tokens, which
-is the aligned user index 0..N−1 that all parties and the server then share. The server sees
-tokens (pseudo-random 32-byte strings; without the key it cannot evaluate id ↦ token) and the
-key server sees uniformly random blinded values; no raw user id leaves a party.
+common tokens in that party's sorted token list (in the order of the sorted common tokens); each
+party maps them to its own ids of the common users and orders those by id, which is the aligned
+user index 0..N−1 that all parties then share (the server needs only N: θ has a row per aligned
+user). Ordering by id rather than by token keeps the index, hence the run, independent of the
+key. The server sees tokens (pseudo-random 32-byte strings; without the key it cannot evaluate
+id ↦ token) and the key server sees uniformly random blinded values; no raw user id leaves a
+party.
 
-The key server (privacy/key_server.py) draws its RSA key from its node RNG, so that a run is
-reproducible from its seed.
+The key server (privacy/key_server.py) draws its RSA key from the operating system and the
+parties their blinding factors from ``secrets``: nothing of either follows from the run's seed.
 """
 
 from __future__ import annotations

@@ -12,6 +12,22 @@ Absent participants are handled as protocol.py describes (A_t among the parties 
 reaches, sums over the aggregates that arrived, eq. 21 over the gradients that arrived). With the
 de-anonymization attack on, the attacking party keeps the victim's projected first-layer
 aggregate apart (``get_deanonymization``, §4.1).
+
+**Secrets.** The key server draws its RSA key from the operating system and the parties their
+blinding factors from ``secrets`` (privacy/key_server.py), never from the seed. The run does not
+depend on them: the aligned index orders the common users by id, not by token (see ``_psi``),
+and RSA values travel at the modulus' byte length.
+
+**What each role checks** of what a party sent, beside the host's screen (``ACCEPTS``; the PSI
+tokens' order and a gradient's declared length are checked there): the key server signs no value
+outside 1..N−1 or sharing a factor with N (``range``) and one request per party and set-up step
+(``budget``); the server takes gradients only from the parties of this iteration's A_t, one each
+(``peer``, ``order``), of θ's exact length (``shape``, read before anything of that length is
+allocated); a party takes aggregates only from the other participants of this iteration, one
+per exchange step, of the expected shape (``peer``, ``order``, ``shape``), and checks the PSI key
+(e = 65537, an odd modulus of ``psi_key_bits`` bits with no small factor), signatures and
+intersection it is given (``range``, ``shape``). Each drop is counted under ``rejected``; none
+raises.
 """
 
 from __future__ import annotations
@@ -26,7 +42,7 @@ from cluster.validate import Accept, empty
 from models.rating_gnn import RatingGNN, rating_edges
 from nodes.node import Node, NodeContext, expect_kinds, node_seed
 from privacy import oprf
-from privacy.key_server import BlindSigner, OprfClient
+from privacy.key_server import BlindSigner, OprfClient, new_key
 from privacy.projection import make_projection, project, reconstruct
 from privacy.ternary import ternary_quantize
 from protocols.verfedgnn import messages as msgs
@@ -60,7 +76,7 @@ class VerFedGNNKeyServer(Node):
 
     def __init__(self, nid: str, ctx: NodeContext):
         super().__init__(nid, ctx)
-        self.signer = BlindSigner.seeded(self.rng, self.config.psi_key_bits)
+        self.signer = BlindSigner(new_key(self.config.psi_key_bits))  # from the OS, not the seed
 
     def handle(self, phase: str, inbox) -> None:
         if phase == "psi_key":
@@ -72,11 +88,33 @@ class VerFedGNNKeyServer(Node):
                 self.send("psi_public_key", dst, payload)
         elif phase == "psi_sign":
             expect_kinds(inbox, "psi_blinded", node=self.id)
+            bits, answered = self.config.psi_key_bits, set()
             for m in inbox:
-                signed = self.signer.sign(wire.decode_bigints(m.payload))
-                self.send("psi_signed", m.src, wire.encode_bigints(signed))
+                if m.src in answered:  # one request per party and set-up
+                    self.reject(m, "budget")
+                    continue
+                blinded = msgs.decode_blinded(m.payload, bits)
+                refused = self.signer.refusal(m.src, blinded)  # 0, ≥ N, a factor of N
+                if refused is not None:
+                    self.reject(m, refused)
+                    continue
+                answered.add(m.src)
+                signed = self.signer.sign(blinded, m.src)
+                self.send("psi_signed", m.src, msgs.encode_signed(signed, bits))
         else:
             super().handle(phase, inbox)
+
+    def public_numbers(self) -> tuple[int, int]:
+        """(N, e): public, as every party receives it."""
+        return self.signer.public_numbers()
+
+
+def _gradient_length(payload: bytes) -> int:
+    """The length a gradient declares (its check passed: ternary or dense), read without
+    allocating it."""
+    if wire.peek_tag(payload) == "ternary":
+        return wire.decode_ternary_sparse(payload)[0]
+    return wire.view_dense(payload).size
 
 
 class VerFedGNNServer(Node):
@@ -93,6 +131,7 @@ class VerFedGNNServer(Node):
         self.theta: torch.nn.Parameter | None = None
         self.n_users = 0
         self.psi_common: list[bytes] | None = None  # the set-up's common tokens, sorted
+        self.a_t: tuple[int, frozenset[int]] = (-1, frozenset())  # (round, A_t) of the download
         if self.config.psi:
             self.aligned: set[int] = set()  # parties whose tokens the server matched
         else:
@@ -123,7 +162,8 @@ class VerFedGNNServer(Node):
                 chosen = self._sample()
                 if chosen is None:
                     return
-                seed = int(self.rng.integers(0, 2**62))  # the seed of Φ
+                self.a_t = (self.round, frozenset(int(p) for p in chosen))
+                seed = int(self.noise_rng.integers(0, 2**62))  # the seed of Φ
             else:  # evaluation: every aligned party, and no draw from the training stream
                 chosen = np.array(sorted(self.aligned), dtype=np.int64)
                 seed = node_seed(self.ctx.seed, f"verfedgnn-eval-phi/{self.round}")
@@ -140,10 +180,18 @@ class VerFedGNNServer(Node):
         """PSI: intersect the sorted token lists; answer each party with its common positions
         (at a rejoin: against the set-up's common tokens, so the aligned index is unchanged)."""
         expect_kinds(inbox, "psi_tokens", node=self.id)
-        lists = [wire.decode_chunks(m.payload, oprf.TOKEN_BYTES) for m in inbox]
-        for toks, m in zip(lists, inbox):
-            if toks != sorted(toks):
-                raise ValueError(f"{self.id}: tokens from {m.src} are not sorted")
+        lists, kept, seen = [], [], set()
+        for m in inbox:
+            toks = wire.decode_chunks(m.payload, oprf.TOKEN_BYTES)
+            if m.src in seen or any(a >= b for a, b in zip(toks, toks[1:])):
+                self.reject(m, "order")  # unsorted or repeated tokens, or a second list
+                continue
+            seen.add(m.src)
+            lists.append(toks)
+            kept.append(m)
+        inbox = kept
+        if not lists:
+            return
         setup = self.psi_common is None
         positions, self.psi_common = psi.match(lists, self.psi_common)
         if setup:
@@ -154,6 +202,26 @@ class VerFedGNNServer(Node):
                 continue
             self.aligned.add(index_of(m.src))
             self.send("psi_intersection", m.src, wire.encode_ids(pos))
+
+    def _gradients_of_a_t(self, inbox) -> list:
+        """The gradients that may count: one from each party of this iteration's A_t (another
+        sender: ``peer``; a second one: ``order``), of θ's exact length (else ``shape``, read off
+        the header before anything of that length is allocated)."""
+        n = 0 if self.theta is None else self.theta.shape[0]
+        round_, chosen = self.a_t
+        chosen = chosen if round_ == self.round else frozenset()
+        kept, seen = [], set()
+        for m in inbox:
+            if index_of(m.src) not in chosen:
+                self.reject(m, "peer")
+            elif m.src in seen:
+                self.reject(m, "order")
+            elif _gradient_length(m.payload) != n:
+                self.reject(m, "shape")
+            else:
+                seen.add(m.src)
+                kept.append(m)
+        return kept
 
     def _sample(self) -> np.ndarray | None:
         """A_t: S parties drawn uniformly among the aligned ones the server can reach this round
@@ -172,6 +240,7 @@ class VerFedGNNServer(Node):
         """Eq. 21 over the gradients that arrived, the L2 term of eq. 5 on the user embeddings
         (computed where they live), one Adagrad step on θ."""
         expect_kinds(inbox, "gradient", node=self.id)
+        inbox = self._gradients_of_a_t(inbox)
         if len(inbox) < max(1, self.min_participants):  # run condition: too few reports
             self.report("skipped", 1.0)
             return
@@ -285,20 +354,45 @@ class VerFedGNNParty(Node):
             self.send("psi_rejoin", KEY_SERVER, b"")
         elif phase == "psi_blind":
             expect_kinds(inbox, "psi_public_key", node=self.id)
-            self.psi_client = OprfClient(oprf.BlindingRng.from_seed(self.ctx.seed, self.id))
-            self.psi_client.receive_key(*wire.decode_bigints(inbox[0].payload))
+            m, bits = inbox[0], self.config.psi_key_bits
+            self.psi_client = OprfClient()  # blinding factors from the operating system
+            n, e = wire.decode_bigints(m.payload)  # two values: the host's screen checked
+            if self.psi_client.receive_key(n, e, min_bits=bits) is not None:
+                self.reject(m, "range")  # a key it must not use: it blinds nothing
+                return
             blinded = self.psi_client.blind(ids)
-            self.send("psi_blinded", KEY_SERVER, wire.encode_bigints(blinded))
+            self.send("psi_blinded", KEY_SERVER, msgs.encode_blinded(blinded, bits))
         elif phase == "psi_tokens":
             expect_kinds(inbox, "psi_signed", node=self.id)
-            tokens = self.psi_client.finalize(ids, wire.decode_bigints(inbox[0].payload))
+            m, client = inbox[0], getattr(self, "psi_client", None)
+            signed = msgs.decode_signed(m.payload, self.config.psi_key_bits)
+            problem = "shape" if client is None else client.answer_problem(signed)
+            if problem is not None:
+                self.reject(m, problem)
+                return
+            try:
+                tokens = client.finalize(ids, signed)
+            except oprf.OprfVerificationError:  # a signature that does not verify
+                self.reject(m, "range")
+                return
             order = sorted(range(len(tokens)), key=lambda j: tokens[j])
             self.psi_sorted_users = self.user_ids[np.array(order, dtype=np.int64)]
             payload = wire.encode_chunks([tokens[j] for j in order], oprf.TOKEN_BYTES)
             self.send("psi_tokens", SERVER, payload)
         elif phase == "psi_align":
             expect_kinds(inbox, "psi_intersection", node=self.id)
-            aligned = self.psi_sorted_users[wire.decode_ids(inbox[0].payload)]
+            m, mine = inbox[0], getattr(self, "psi_sorted_users", None)
+            pos = wire.decode_ids(m.payload)
+            if mine is None or (pos.size and int(pos.max()) >= len(mine)):
+                self.reject(m, "range")  # positions in a token list it never sent
+                return
+            if len(np.unique(pos)) != len(pos):
+                self.reject(m, "order")
+                return
+            # the aligned index orders the common users by id: every party holds the same ids
+            # of them, so the index is the same at every party, and it does not follow the
+            # tokens' order (hence the key) as ranking the common tokens would
+            aligned = np.sort(mine[pos])
             if self.model is not None and np.array_equal(aligned, self.aligned_users):
                 return  # the set-up again for the server (it lost it): same index, keep the model
             self._align(aligned)
@@ -322,18 +416,43 @@ class VerFedGNNParty(Node):
                 self._gather(0)
         for m in inbox:  # sorted by sender: the same sums whatever the placement
             if m.kind != "aggregates" or not self.participating:
+                continue  # not in this iteration: it cannot tell who may write to it
+            step = self._aggregate_step(m)
+            if step is None:
                 continue
-            step = int(m.phase.removeprefix("eval_").removeprefix("exchange"))
             y = torch.from_numpy(wire.decode_dense(m.payload))
-            shape = (len(self.schedule[step - 1]), self.rows, c.dim)
-            if tuple(y.shape) != shape:
-                raise wire.WireError(f"aggregates from {m.src}: shape {tuple(y.shape)} != {shape}")
             self.received.setdefault(step, {})[index_of(m.src)] = y
             if self.adversaries is not None and step == 1:
                 if index_of(m.src) == c.attack_victim:  # the attacker keeps X̂_victim^1 apart
                     self.attack_observed = (
                         reconstruct(self.phi, y[0]) if self.phi is not None else y[0]
                     )
+
+    def _aggregate_step(self, m) -> int | None:
+        """The exchange step of aggregates ``m``, or None (dropped) where its sender is not another
+        participant of this iteration (``peer``), it is not the step this phase receives
+        (``phase``), the sender sent this step already (``order``) or its shape is not
+        [L_j, q, D] (``shape``)."""
+        me, sender = index_of(self.id), index_of(m.src)
+        if sender == me or sender not in self.participants:
+            self.reject(m, "peer")
+            return None
+        base = self.phase.removeprefix("eval_")
+        step = (
+            int(base[len("exchange") :]) - 1 if base.startswith("exchange") else len(self.schedule)
+        )
+        sent = m.phase.removeprefix("eval_").removeprefix("exchange")
+        if not sent.isdigit() or int(sent) != step or not 1 <= step <= len(self.schedule):
+            self.reject(m, "phase")
+            return None
+        if sender in self.received.get(step, {}):
+            self.reject(m, "order")
+            return None
+        shape = (len(self.schedule[step - 1]), self.rows, self.config.dim)
+        if tuple(wire.view_dense(m.payload).shape) != shape:
+            self.reject(m, "shape")
+            return None
+        return step
 
     def _gather(self, steps_done: int) -> None:
         """``external`` (Σ_q X̂_q^k of the layers of exchange steps 1..steps_done) and ``scale``
@@ -390,10 +509,10 @@ class VerFedGNNParty(Node):
         if c.mechanism == "ternary":
             # an honest party's g lies in [−B, B]; a crafted one stays in the code's range [−r, r]
             bound = self.release_bound()
-            values, scale = ternary_quantize(g, c.ternary_r, self.torch_generator(), clip=bound)
+            values, scale = ternary_quantize(g, c.ternary_r, self.noise_generator(), clip=bound)
             return wire.encode_ternary(values.numpy(), scale)
         if c.mechanism == "laplace":
-            noise = self.rng.laplace(0.0, c.laplace_scale, size=g.shape[0])
+            noise = self.noise_rng.laplace(0.0, c.laplace_scale, size=g.shape[0])
             return wire.encode_dense((g.double().numpy() + noise).astype(np.float32))
         return wire.encode_dense(g)
 
