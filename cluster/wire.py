@@ -17,7 +17,16 @@ blob        07   length u32, bytes                                              
 Dense dtype codes: 0 float32, 1 float16, 2 int64, 3 int32, 4 float64. Padding bits of bit-packed
 fields must be zero. Decoders accept ``bytes``, ``bytearray`` or ``memoryview`` and raise only
 :class:`WireError` on malformed input: wrong tag, truncated or trailing bytes, bad codes, declared
-sizes that do not match the buffer (checked before anything is allocated), and so on.
+sizes that do not match the buffer, and so on.
+
+**Declared lengths are untrusted.** Every length or count a decoder reads from a payload is checked
+against the bytes actually present, and against the caller's maximum where it gives one
+(``max_len``, ``max_count``, ``max_numel``, ``length``...), *before* anything is allocated: what a
+decoder allocates is proportional to the payload's own size. The one codec whose decoded size
+does not follow from its bytes is the sparse ternary vector (13 bytes may declare 2³² − 1
+elements): :func:`decode_ternary_sparse` never densifies, and :func:`decode_ternary` densifies at
+most ``length`` / ``max_len`` elements, :data:`MAX_TERNARY_LEN` where the caller states neither.
+A payload over a caller's maximum is a :class:`WireError` (a receiver counts it as malformed).
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ __all__ = [
     "TAGS",
     "DENSE_DTYPES",
     "MAX_NDIM",
+    "MAX_TERNARY_LEN",
     "peek_tag",
     "encode_dense",
     "decode_dense",
@@ -99,6 +109,9 @@ DENSE_DTYPES: dict[int, tuple[str, np.dtype]] = {
 _DTYPE_CODE: dict[str, int] = {name: code for code, (name, _) in DENSE_DTYPES.items()}
 
 MAX_NDIM = 8
+# the most elements decode_ternary densifies to when its caller states no length or maximum
+# (64 MiB of float32): the declared length of a sparse vector is not bounded by its bytes
+MAX_TERNARY_LEN = 2**24
 _U32_MAX = 2**32 - 1
 _U16_MAX = 2**16 - 1
 _ID_WIDTHS = (1, 2, 4, 8)
@@ -183,6 +196,12 @@ class _Reader:
     def finish(self) -> None:
         if self.remaining:
             raise self.fail(f"{self.remaining} trailing bytes after the payload")
+
+
+def _within(r: _Reader, value: int, limit: int | None, what: str) -> None:
+    """A declared ``value`` at most the caller's ``limit`` (None: no limit), checked before use."""
+    if limit is not None and value > limit:
+        raise r.fail(f"declared {what} {value} exceeds the limit {limit}")
 
 
 def _tag_label(tag: int) -> str:
@@ -339,13 +358,14 @@ def _view_dense_fast(b: bytes) -> np.ndarray | None:
     return np.frombuffer(b, dtype=wire_dtype, count=numel, offset=3 + 4 * ndim).reshape(shape)
 
 
-def view_dense(b: bytes | bytearray | memoryview) -> np.ndarray:
+def view_dense(b: bytes | bytearray | memoryview, *, max_numel: int | None = None) -> np.ndarray:
     """The dense tensor of ``b`` as a read-only view of its data, in the wire's little-endian
     dtype, nothing copied: what a check that only reads the values needs
-    (cluster/validate.py). Raises WireError exactly where :func:`decode_dense` does."""
+    (cluster/validate.py). Raises WireError exactly where :func:`decode_dense` does; with
+    ``max_numel``, also for a tensor of more elements."""
     if type(b) is bytes:  # the common case, well formed: one header read, no reader
         arr = _view_dense_fast(b)
-        if arr is not None:
+        if arr is not None and (max_numel is None or arr.size <= max_numel):
             return arr
     r = _Reader(b, TAG_DENSE)
     code = r.unpack(_U8, "dtype code")
@@ -359,6 +379,7 @@ def view_dense(b: bytes | bytearray | memoryview) -> np.ndarray:
     if math.prod(max(d, 1) for d in shape) * wire_dtype.itemsize >= 2**62:
         raise r.fail(f"shape {shape} is too large for an array")  # numpy refuses it even if empty
     numel = math.prod(shape)
+    _within(r, numel, max_numel, "element count")
     nbytes = numel * wire_dtype.itemsize
     if nbytes != r.remaining:
         raise r.fail(f"declared {nbytes} data bytes, buffer has {r.remaining}")
@@ -367,9 +388,10 @@ def view_dense(b: bytes | bytearray | memoryview) -> np.ndarray:
     return arr
 
 
-def decode_dense(b: bytes | bytearray | memoryview) -> np.ndarray:
-    """Decode a dense tensor into a fresh, writable, native-endian numpy array."""
-    view = view_dense(b)
+def decode_dense(b: bytes | bytearray | memoryview, *, max_numel: int | None = None) -> np.ndarray:
+    """Decode a dense tensor into a fresh, writable, native-endian numpy array (of at most
+    ``max_numel`` elements with one)."""
+    view = view_dense(b, max_numel=max_numel)
     return view.astype(view.dtype.newbyteorder("="), copy=True)
 
 
@@ -402,10 +424,11 @@ def encode_signs(x: Any) -> bytes:
     return _header(TAG_SIGNS, (_U32, arr.size)) + np.packbits(positive).tobytes()
 
 
-def decode_signs(b: bytes | bytearray | memoryview) -> np.ndarray:
-    """Decode bit-packed signs into an int8 vector of +1/-1."""
+def decode_signs(b: bytes | bytearray | memoryview, *, max_len: int | None = None) -> np.ndarray:
+    """Decode bit-packed signs into an int8 vector of +1/-1 (at most ``max_len`` with one)."""
     r = _Reader(b, TAG_SIGNS)
     n = r.unpack(_U32, "length")
+    _within(r, n, max_len, "length")
     nbytes = _packed_len(n)
     if nbytes != r.remaining:
         raise r.fail(f"declared {nbytes} sign bytes for n={n}, buffer has {r.remaining}")
@@ -452,10 +475,18 @@ def encode_ternary(values: Any, scale: float) -> bytes:
 
 def decode_ternary_sparse(
     b: bytes | bytearray | memoryview,
+    *,
+    length: int | None = None,
+    max_len: int | None = None,
 ) -> tuple[int, np.ndarray, np.ndarray, float]:
-    """Decode to ``(n, indices int64, signs int8 of +1/-1, scale)`` without densifying."""
+    """Decode to ``(n, indices int64, signs int8 of +1/-1, scale)`` without densifying: what it
+    allocates follows from the non-zeros present, whatever n the payload declares. With
+    ``length`` the dense length must be exactly that, with ``max_len`` at most that."""
     r = _Reader(b, TAG_TERNARY)
     n = r.unpack(_U32, "dense length")
+    if length is not None and n != length:
+        raise r.fail(f"declared dense length {n}, expected {length}")
+    _within(r, n, max_len, "dense length")
     nnz = r.unpack(_U32, "nnz")
     if r.remaining < 4:
         raise r.fail(f"truncated scale: need 4 bytes, buffer has {r.remaining}")
@@ -479,9 +510,18 @@ def decode_ternary_sparse(
     return n, idx, signs, float(scale)
 
 
-def decode_ternary(b: bytes | bytearray | memoryview) -> np.ndarray:
-    """Decode a sparse ternary vector into a dense float32 vector."""
-    n, idx, signs, scale = decode_ternary_sparse(b)
+def decode_ternary(
+    b: bytes | bytearray | memoryview,
+    *,
+    length: int | None = None,
+    max_len: int | None = None,
+) -> np.ndarray:
+    """Decode a sparse ternary vector into a dense float32 vector: of exactly ``length``
+    elements, or at most ``max_len``, or, where the caller states neither, at most
+    :data:`MAX_TERNARY_LEN` (the declared length is checked before the vector is allocated)."""
+    if length is None and max_len is None:
+        max_len = MAX_TERNARY_LEN
+    n, idx, signs, scale = decode_ternary_sparse(b, length=length, max_len=max_len)
     out = np.zeros(n, dtype=np.float32)
     out[idx] = signs.astype(np.float32) * np.float32(scale)
     return out
@@ -521,10 +561,18 @@ def encode_bigints(values: Sequence[int]) -> bytes:
     return b"".join(parts)
 
 
-def decode_bigints(b: bytes | bytearray | memoryview) -> list[int]:
-    """Decode a list of non-negative integers; non-canonical (zero-led) magnitudes are errors."""
+def decode_bigints(
+    b: bytes | bytearray | memoryview,
+    *,
+    max_count: int | None = None,
+    max_bytes: int | None = None,
+) -> list[int]:
+    """Decode a list of non-negative integers; non-canonical (zero-led) magnitudes are errors.
+    With ``max_count`` at most that many values, with ``max_bytes`` each of at most that many
+    bytes (an RSA modulus' size), both checked before the values are read."""
     r = _Reader(b, TAG_BIGINTS)
     count = r.unpack(_U32, "count")
+    _within(r, count, max_count, "count")
     if 2 * count > r.remaining:
         raise r.fail(
             f"declared {count} values need at least {2 * count} bytes, buffer has {r.remaining}"
@@ -539,6 +587,7 @@ def decode_bigints(b: bytes | bytearray | memoryview) -> list[int]:
         pos += 2
         if pos + nb > end:
             raise r.fail(f"value {i} declares {nb} bytes, buffer has {end - pos}")
+        _within(r, nb, max_bytes, f"size of value {i}")
         if nb and data[pos] == 0:
             raise r.fail(f"value {i} has a leading zero byte (non-canonical)")
         out.append(from_bytes(data[pos : pos + nb], "big"))
@@ -587,10 +636,11 @@ def encode_ids(ids: Any, width: int = 4) -> bytes:
     return head + arr.astype(_ID_DTYPE[width]).tobytes()
 
 
-def decode_ids(b: bytes | bytearray | memoryview) -> np.ndarray:
-    """Decode an id list into an int64 vector."""
+def decode_ids(b: bytes | bytearray | memoryview, *, max_count: int | None = None) -> np.ndarray:
+    """Decode an id list into an int64 vector (of at most ``max_count`` ids with one)."""
     r = _Reader(b, TAG_IDS)
     count = r.unpack(_U32, "count")
+    _within(r, count, max_count, "count")
     width = r.unpack(_U8, "width")
     if width not in _ID_WIDTHS:
         raise r.fail(f"width {width} is not one of {_ID_WIDTHS}")
@@ -627,12 +677,20 @@ def encode_record(fields: Sequence[bytes | bytearray | memoryview]) -> bytes:
     return b"".join(parts)
 
 
-def decode_record(b: bytes | bytearray | memoryview, expect: int | None = None) -> list[bytes]:
-    """Split a record into its fields; with ``expect``, the field count must equal it."""
+def decode_record(
+    b: bytes | bytearray | memoryview,
+    expect: int | None = None,
+    *,
+    max_fields: int | None = None,
+) -> list[bytes]:
+    """Split a record into its fields; with ``expect``, the field count must equal it, with
+    ``max_fields`` be at most that. Each field's declared length is checked against the bytes
+    left before it is copied."""
     r = _Reader(b, TAG_RECORD)
     count = r.unpack(_U16, "field count")
     if expect is not None and count != expect:
         raise r.fail(f"expected {expect} fields, payload has {count}")
+    _within(r, count, max_fields, "field count")
     if 4 * count > r.remaining:
         raise r.fail(
             f"declared {count} fields need at least {4 * count} bytes, buffer has {r.remaining}"
@@ -663,10 +721,11 @@ def encode_blob(data: bytes | bytearray | memoryview) -> bytes:
     return _header(TAG_BLOB, (_U32, len(raw))) + raw
 
 
-def decode_blob(b: bytes | bytearray | memoryview) -> bytes:
-    """Unwrap an opaque blob."""
+def decode_blob(b: bytes | bytearray | memoryview, *, max_len: int | None = None) -> bytes:
+    """Unwrap an opaque blob (of at most ``max_len`` bytes with one)."""
     r = _Reader(b, TAG_BLOB)
     length = r.unpack(_U32, "length")
+    _within(r, length, max_len, "length")
     if length != r.remaining:
         raise r.fail(f"declared {length} bytes, buffer has {r.remaining}")
     return r.take(length, "data").tobytes()
@@ -679,9 +738,12 @@ def encode_chunks(chunks: list[bytes], size: int) -> bytes:
     return encode_blob(b"".join(chunks))
 
 
-def decode_chunks(b: bytes | bytearray | memoryview, size: int) -> list[bytes]:
-    """The chunks of :func:`encode_chunks`."""
-    raw = decode_blob(b)
+def decode_chunks(
+    b: bytes | bytearray | memoryview, size: int, *, max_count: int | None = None
+) -> list[bytes]:
+    """The chunks of :func:`encode_chunks` (at most ``max_count`` with one, checked before the
+    blob is copied)."""
+    raw = decode_blob(b, max_len=None if max_count is None else max_count * size)
     if len(raw) % size:
         raise WireError(f"chunks: {len(raw)} bytes is not a multiple of {size}")
     return [raw[i : i + size] for i in range(0, len(raw), size)]

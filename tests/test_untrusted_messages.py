@@ -8,6 +8,10 @@ invalid reaches a handler or a model.
 * every built-in role declares ACCEPTS, and every kind it declares has a fuzz case;
 * end to end: a user that sends NaN gradients or an out-of-range item id is rejected and counted
   in metrics.jsonl and summary.json, the run completes and the server's model stays finite.
+
+Past the screen, what only the receiver can judge (a sender that is not its neighbour, a second
+message, another step's) is its handler's: tests/test_hostile_handlers.py sends every role such
+messages through real runs.
 """
 
 from __future__ import annotations
@@ -169,8 +173,8 @@ CASES = {
     ),
     (fp_roles.KeyServer, "oprf_blinded"): (
         FPG,
-        lambda r: wire.encode_bigints(_big(r, 3)),
-        lambda p, s: wire.decode_bigints(p),
+        lambda r: fp_msg.encode_blinded(_big(r, 3), BITS),
+        lambda p, s: fp_msg.decode_blinded(p, BITS),
     ),
     (fp_roles.KeyServer, "oprf_key_request"): (
         FPG,
@@ -179,7 +183,9 @@ CASES = {
     ),
     (fp_roles.Matcher, "expand_request"): (
         FPG,
-        lambda r: fp_msg.encode_expand_request([r.bytes(TOKEN_BYTES)] * 2, _vec(r, DIM)),
+        lambda r: fp_msg.encode_expand_request(
+            sorted(r.bytes(TOKEN_BYTES) for _ in range(2)), _vec(r, DIM)
+        ),
         lambda p, s: fp_msg.decode_expand_request(p),
     ),
     (fp_roles.Server, "item_grads"): (
@@ -199,8 +205,8 @@ CASES = {
     ),
     (fp_roles.User, "oprf_signed"): (
         FPG,
-        lambda r: wire.encode_bigints(_big(r, 2)),
-        lambda p, s: wire.decode_bigints(p),
+        lambda r: fp_msg.encode_signed(_big(r, 2), BITS),
+        lambda p, s: fp_msg.decode_signed(p, BITS),
     ),
     (fp_roles.User, "expand_reply"): (
         FPG,
@@ -226,8 +232,8 @@ CASES = {
     (vf_roles.VerFedGNNKeyServer, "psi_rejoin"): (VFG, lambda r: b"", lambda p, s: None),
     (vf_roles.VerFedGNNKeyServer, "psi_blinded"): (
         VFG,
-        lambda r: wire.encode_bigints(_big(r, 3)),
-        lambda p, s: wire.decode_bigints(p),
+        lambda r: vf_msg.encode_blinded(_big(r, 3), BITS),
+        lambda p, s: vf_msg.decode_blinded(p, BITS),
     ),
     (vf_roles.VerFedGNNServer, "psi_tokens"): (
         VFG,
@@ -247,8 +253,8 @@ CASES = {
     ),
     (vf_roles.VerFedGNNParty, "psi_signed"): (
         VFG,
-        lambda r: wire.encode_bigints(_big(r, 3)),
-        lambda p, s: wire.decode_bigints(p),
+        lambda r: vf_msg.encode_signed(_big(r, 3), BITS),
+        lambda p, s: vf_msg.decode_signed(p, BITS),
     ),
     (vf_roles.VerFedGNNParty, "psi_intersection"): (
         VFG,

@@ -441,3 +441,125 @@ def test_chunks_round_trip_and_refuse_ragged_input():
         wire.encode_chunks([b"x" * 31], 32)
     with pytest.raises(wire.WireError, match="multiple of 32"):
         wire.decode_chunks(wire.encode_blob(b"x" * 33), 32)
+
+
+# --------------------------------------------------------------------------- declared lengths
+# A declared length or count is checked against the bytes present (and the caller's maximum)
+# before anything is allocated: a few bytes never make a decoder allocate gigabytes (issue 42).
+
+HUGE = 2**32 - 1  # the largest a u32 length field can declare (2**32 does not fit in it)
+HOSTILE_HEADERS = {  # a few bytes each, declaring ~2**32 elements, values or bytes
+    "ternary_n": struct.pack("<BIIf", 3, HUGE, 0, 1.0),  # n = 2**32-1, no non-zeros: 13 bytes
+    "ternary_nnz": struct.pack("<BIIf", 3, HUGE, HUGE, 1.0),
+    "signs": struct.pack("<BI", 2, HUGE),
+    "ids": struct.pack("<BIB", 5, HUGE, 8),
+    "bigints": struct.pack("<BI", 4, HUGE),
+    "bigints_value": struct.pack("<BIH", 4, 1, 0xFFFF) + b"\x01",
+    "record": struct.pack("<BHI", 6, 0xFFFF, HUGE),
+    "record_field": struct.pack("<BHI", 6, 1, HUGE),
+    "blob": struct.pack("<BI", 7, HUGE),
+    "dense": struct.pack("<BBB2I", 1, 0, 2, HUGE, HUGE),
+    "dense_1d": struct.pack("<BBBI", 1, 4, 1, HUGE),
+}
+HOSTILE_DECODERS = {
+    "ternary_n": wire.decode_ternary,
+    "ternary_nnz": wire.decode_ternary_sparse,
+    "signs": wire.decode_signs,
+    "ids": wire.decode_ids,
+    "bigints": wire.decode_bigints,
+    "bigints_value": wire.decode_bigints,
+    "record": wire.decode_record,
+    "record_field": wire.decode_record,
+    "blob": wire.decode_blob,
+    "dense": wire.decode_dense,
+    "dense_1d": wire.decode_dense,
+}
+
+
+def _peak_bytes(call) -> int:
+    """Peak bytes allocated (Python and numpy, both traced by tracemalloc) while ``call`` runs."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        call()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_HEADERS))
+def test_a_huge_declared_length_is_a_wire_error_before_any_allocation(name):
+    import time
+
+    payload, decode = HOSTILE_HEADERS[name], HOSTILE_DECODERS[name]
+    assert len(payload) <= 16
+    errors = []
+
+    def call():
+        try:
+            decode(payload)
+        except WireError as e:
+            errors.append(e)
+
+    t0 = time.perf_counter()
+    peak = _peak_bytes(call)
+    assert errors, f"{name}: decoded without an error"
+    assert time.perf_counter() - t0 < 1.0
+    assert peak < 1 << 20, f"{name}: {peak} bytes allocated for a {len(payload)}-byte payload"
+
+
+def test_a_ternary_vector_declaring_2_32_elements_is_refused_before_it_is_densified():
+    payload = HOSTILE_HEADERS["ternary_n"]  # 13 bytes asking for 16 GiB of float32
+    assert len(payload) == 13
+    with pytest.raises(WireError, match="exceeds the limit"):
+        wire.decode_ternary(payload)
+    with pytest.raises(WireError, match="expected 5"):
+        wire.decode_ternary(payload, length=5)
+    with pytest.raises(WireError, match="exceeds the limit 100"):
+        wire.decode_ternary_sparse(payload, max_len=100)
+    # the sparse form allocates only what the non-zeros take: the declared n is a number
+    n, idx, signs, scale = wire.decode_ternary_sparse(payload)
+    assert n == HUGE and idx.size == signs.size == 0 and scale == 1.0
+    # the default bound, and a caller's, are exact: at the bound it decodes, one over it fails
+    at_bound = struct.pack("<BIIf", 3, wire.MAX_TERNARY_LEN, 0, 1.0)
+    assert wire.decode_ternary(at_bound).shape == (wire.MAX_TERNARY_LEN,)
+    over = struct.pack("<BIIf", 3, wire.MAX_TERNARY_LEN + 1, 0, 1.0)
+    with pytest.raises(WireError):
+        wire.decode_ternary(over)
+    assert wire.decode_ternary(over, max_len=wire.MAX_TERNARY_LEN + 1).shape == (
+        wire.MAX_TERNARY_LEN + 1,
+    )
+    ok = wire.encode_ternary(np.array([0, 0.5, -0.5, 0], dtype="f4"), 0.5)
+    assert wire.decode_ternary(ok, length=4).tolist() == [0, 0.5, -0.5, 0]
+    assert wire.decode_ternary(ok, max_len=4).shape == (4,)
+    with pytest.raises(WireError):
+        wire.decode_ternary(ok, max_len=3)
+
+
+def test_callers_maxima_bound_every_length_bearing_codec():
+    payloads = {
+        "signs": (wire.encode_signs(np.ones(9)), wire.decode_signs, "max_len", 9),
+        "ids": (wire.encode_ids(np.arange(5)), wire.decode_ids, "max_count", 5),
+        "bigints": (wire.encode_bigints([3, 2**70]), wire.decode_bigints, "max_count", 2),
+        "bigint_size": (wire.encode_bigints([3, 2**70]), wire.decode_bigints, "max_bytes", 9),
+        "record": (wire.encode_record([b"a", b"b", b"c"]), wire.decode_record, "max_fields", 3),
+        "blob": (wire.encode_blob(b"abcd"), wire.decode_blob, "max_len", 4),
+        "dense": (wire.encode_dense(np.zeros((2, 3))), wire.decode_dense, "max_numel", 6),
+        "view": (wire.encode_dense(np.zeros((2, 3))), wire.view_dense, "max_numel", 6),
+        "ternary": (
+            wire.encode_ternary(np.zeros(7), 1.0),
+            wire.decode_ternary_sparse,
+            "max_len",
+            7,
+        ),
+    }
+    for payload, decode, arg, limit in payloads.values():
+        decode(payload, **{arg: limit})  # at the limit: decodes
+        with pytest.raises(WireError, match="exceeds the limit"):
+            decode(payload, **{arg: limit - 1})
+    chunks = wire.encode_chunks([b"x" * 4] * 3, 4)
+    assert len(wire.decode_chunks(chunks, 4, max_count=3)) == 3
+    with pytest.raises(WireError):
+        wire.decode_chunks(chunks, 4, max_count=2)

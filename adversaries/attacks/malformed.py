@@ -75,12 +75,12 @@ def unordered(payload: bytes) -> bytes | None:
 
 def out_of_range(node: Node) -> bytes | None:
     """Blinded values 0 and N for the key server of this node's OPRF client (None without one)."""
-    from privacy.key_server import OprfClient
+    from privacy.key_server import OprfClient, encode_residues
 
     for value in vars(node).values():
         public = getattr(value, "public", None) if isinstance(value, OprfClient) else None
         if public is not None:
-            return wire.encode_bigints([0, public.n])
+            return encode_residues([0, public.n], public.n.bit_length())
     return None
 
 

@@ -20,11 +20,21 @@ eval             ranks all items it does not hold with its (kept) model
 A host runs ``train``, ``validate`` and ``eval`` for all its users in one batched pass
 (:meth:`DGRECUser.handle_batch`, models/dgrec_batched.py), each user with its own parameters and
 its own random draws, so each gets what it would get alone.
+
+What a peer sends is untrusted. The host's screen checks each payload against the public records
+(``ACCEPTS``, protocols/dgrec/messages.py); the handlers check what only the receiver knows and
+drop (:meth:`Node.reject`, counted under the run's ``rejected``) rather than raise on a message
+from another round (``order``), from a user that is not its neighbour — or, for a join, that it
+did not invite, for a share, that is not its parent or child in this round's tree (``peer``) —,
+a second message of one kind from one sender in one step (``budget``), an invitation whose hop
+is not the step's, or a join that answers an invitation of another step (``order``). An honest
+run rejects nothing.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 
 import numpy as np
 import scipy.sparse as sp
@@ -63,6 +73,7 @@ class DGRECUser(Node):
     }
     BATCHED_PHASES = frozenset({"train", "validate", "eval"})  # handle_batch below
     status_owed: frozenset | set = frozenset()  # (a user from a checkpoint that predates it)
+    invited: dict[int, int] = {}  # this round's invitees -> the hop they were invited at
     valid_items = np.zeros(0, dtype=np.int64)  # held out to keep the best model (config.validation)
     best_model: torch.nn.Module | None = None
     best_score, best_round = -np.inf, -1
@@ -105,10 +116,32 @@ class DGRECUser(Node):
         self.parent: int | None = None
         self.children: list[int] = []
         self.held: HeldShares | None = None  # the gradients held this round (eq. 6)
+        self.invited = {}  # this round's invitees -> the hop they were invited at (their join's)
 
     @property
     def tree_neighbours(self) -> list[int]:
         return sorted(([self.parent] if self.parent is not None else []) + self.children)
+
+    def _admit(self, inbox, peers: Iterable[int]) -> list:
+        """The messages of ``inbox`` this user may act on: of this round, from a user of
+        ``peers`` (global ids), the first of each sender (the inbox is sorted by sender); the
+        others are dropped and counted (``order``, ``peer``, ``budget``)."""
+        peers = peers if isinstance(peers, (set, frozenset)) else set(peers)
+        kept, last = [], None
+        for m in inbox:
+            if m.round != self.round:
+                self.reject(m, "order")
+            elif index_of(m.src) not in peers:
+                self.reject(m, "peer")
+            elif m.src == last:
+                self.reject(m, "budget")
+            else:
+                kept.append(m)
+                last = m.src
+        return kept
+
+    def _neighbour_set(self) -> set[int]:
+        return set(self.neighbours.tolist())
 
     # --- dispatch ------------------------------------------------------------------------------
     def handle(self, phase: str, inbox) -> None:
@@ -155,14 +188,9 @@ class DGRECUser(Node):
 
     def _setup(self, inbox) -> None:
         expect_kinds(inbox, "public_items", node=self.id)
-        for m in inbox:
-            src = index_of(m.src)
-            if src not in set(self.neighbours.tolist()):
-                raise ValueError(f"{self.id}: public items from {m.src}, not a neighbour")
-            ids = wire.decode_ids(m.payload)
-            if ids.size and ids.max() >= self.public.n_items:
-                raise ValueError(f"{self.id}: item id {ids.max()} from {m.src} out of range")
-            self.neighbour_public[src] = ids
+        for m in self._admit(inbox, self._neighbour_set()):
+            ids = wire.decode_ids(m.payload)  # in the catalogue: the host's screen checked it
+            self.neighbour_public[index_of(m.src)] = ids
         self._build_graph()
 
     def _build_graph(self) -> None:
@@ -208,7 +236,7 @@ class DGRECUser(Node):
 
     def _seed(self, inbox) -> None:
         expect_kinds(inbox, "status", node=self.id)
-        for m in inbox:
+        for m in self._admit(inbox, self._neighbour_set()):
             self.neighbour_status[index_of(m.src)] = decode_status(m.payload)
         self._reset_round()
         if self.rng.random() < self.public.seed_probability:
@@ -242,31 +270,43 @@ class DGRECUser(Node):
         k = min(self.config.n_u, int(np.count_nonzero(p)))
         picked = self.rng.choice(candidates, size=k, replace=False, p=p)
         payload = wire.encode_ids([hop], width=1)
+        self.invited = {int(v): hop for v in picked}  # a join answers one of these
         for v in sorted(int(x) for x in picked):
             self.send("invite", node_id("user", v), payload)
 
-    def _take_joins(self, inbox) -> None:
-        for m in inbox:
-            if m.kind == "join":
-                if not self.in_tree:
-                    raise ValueError(f"{self.id}: join from {m.src} but not in a neighbourhood")
-                wire.decode_blob(m.payload)
-                self.children.append(index_of(m.src))
+    def _take_joins(self, inbox, hop: int) -> None:
+        """Take as children the users that join this user's tree: each must answer an invitation
+        this user sent at ``hop`` (the invitee's join arrives one step after it; in ``train``,
+        those of the last hop)."""
+        joins = self._admit([m for m in inbox if m.kind == "join"], self.invited)
+        for m in joins:
+            src = index_of(m.src)
+            if not self.in_tree:
+                self.reject(m, "peer")
+            elif self.invited[src] != hop:  # an answer to an invitation of another step
+                self.reject(m, "order")
+            else:
+                self.children.append(src)
 
     def _hop(self, inbox) -> None:
         expect_kinds(inbox, "invite", "join", node=self.id)
-        self._take_joins(inbox)
-        invites = [m for m in inbox if m.kind == "invite"]  # sorted by sender
-        if invites and not self.in_tree:
-            hop = wire.decode_ids(invites[0].payload)
-            if hop.shape != (1,) or not 1 <= hop[0] <= self.config.hops:
-                raise wire.WireError(f"invite from {invites[0].src}: bad hop {hop}")
-            self._join(int(hop[0]), index_of(invites[0].src))
+        step = int(self.phase.split("/", 1)[1])  # hop/h: the invitations of hop h arrive
+        self._take_joins(inbox, step - 1)
+        invites = self._admit([m for m in inbox if m.kind == "invite"], self._neighbour_set())
+        valid = []
+        for m in invites:  # sorted by sender
+            hop = wire.decode_ids(m.payload)  # one hop in 1..H: the host's screen checked it
+            if int(hop[0]) != step:
+                self.reject(m, "order")
+            else:
+                valid.append(m)
+        if valid and not self.in_tree:
+            self._join(step, index_of(valid[0].src))
 
     # --- stage 3: local gradient, one-bit encoding, gossip (Algorithm 2) -----------------------
     def _train(self, inbox) -> None:
         expect_kinds(inbox, "join", node=self.id)
-        self._take_joins(inbox)
+        self._take_joins(inbox, self.config.hops)
         if not self.in_tree:
             return
         self.model.zero_grad(set_to_none=True)
@@ -297,7 +337,7 @@ class DGRECUser(Node):
         """The member's gradient as it gossips it (eq. 5, :func:`messages.encode_gradient`); an
         honest member's as is (attack classes override it, adversaries/attacks/dgrec.py)."""
         return encode_gradient(
-            grad, self.config, self.public.laplace_scale, self.rng, self.torch_generator
+            grad, self.config, self.public.laplace_scale, self.noise_rng, self.noise_generator
         )
 
     def _receive_shares(self, inbox) -> dict[int, tuple[bytes, set[int]]]:
@@ -305,11 +345,9 @@ class DGRECUser(Node):
         this step: the encoded ones are needed only until they are forwarded, in this step."""
         expect_kinds(inbox, "share", node=self.id)
         fresh: dict[int, tuple[bytes, set[int]]] = {}
-        tree = set(self.tree_neighbours)
-        for m in inbox:
+        tree = set(self.tree_neighbours) if self.in_tree else set()
+        for m in self._admit(inbox, tree):  # one share a step from each tree neighbour
             src = index_of(m.src)
-            if not self.in_tree or src not in tree:
-                raise ValueError(f"{self.id}: share from {m.src}, not a tree neighbour")
             for origin, enc in decode_share(m.payload):
                 if origin in fresh:
                     fresh[origin][1].add(src)
@@ -358,7 +396,7 @@ class DGRECUser(Node):
     def _train_batch(nodes: list[DGRECUser], inboxes) -> None:
         for n, inbox in zip(nodes, inboxes, strict=True):
             expect_kinds(inbox, "join", node=n.id)
-            n._take_joins(inbox)
+            n._take_joins(inbox, n.config.hops)
         members = [n for n in nodes if n.in_tree]
         if not members:
             return

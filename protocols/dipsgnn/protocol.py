@@ -47,7 +47,10 @@ Privacy: edge-level central DP for the graph, ε1-LDP for the features. Every re
 happened is reported to the one accountant (privacy/accountant.py) as a dp-accounting event, per
 user (the unit is the user's most-released edge): an epoch trained while the curator held the
 user's sequence releases that edge (n_tr(u) − 2)·T times, ``GaussianDpEvent(σ/Δ)``. A user's
-features cost ε1 once, if and when it uploaded. ``user_privacy(u)`` gives one user's figures,
+features cost ε1 once, if and when it uploaded; the numeric features' domains that map them to
+[-1, 1] are public constants fixed before the run (``feature_ranges`` or the data's documented
+domain, data/features.py), not the users' min and max, which would be a release outside ε1.
+``user_privacy(u)`` gives one user's figures,
 ``privacy()`` the worst user's: the run's (ε2, δ). The noisy aggregates are the only place the
 graph enters the forward pass; as in the paper, the analysis covers those releases (the backward
 pass through A·H̄ is not separately accounted — the paper's argument, not a rigorous bound).
@@ -110,6 +113,7 @@ class DIPSGNNProtocol(Protocol):
         "user_dim": "user_dim",
         "use_features": "use_features",
         "features": "features",
+        "feature_ranges": "feature_ranges",
         "max_len": "max_len",
         "train_fraction": "train_fraction",
     }
@@ -168,7 +172,7 @@ class DIPSGNNProtocol(Protocol):
             n_feature_slots=feature_vector_length(layout) if layout else 0,
             feature_kinds=dict(self.feature_kinds),
             feature_cardinality=cardinality,
-            public_ranges=public_ranges(dataset, self.feature_kinds),
+            public_ranges=self._feature_domains(dataset, c),
             sigma=self.sigma,
             dpsgd_noise_multiplier=self.dpsgd_noise_multiplier,
         )
@@ -195,6 +199,14 @@ class DIPSGNNProtocol(Protocol):
             return {}
         try:
             return select_features(dataset, c.features)
+        except FeatureSelectionError as e:
+            raise ConfigError(str(e)) from None
+
+    def _feature_domains(self, dataset: RecDataset, c: DIPSGNNConfig) -> dict:
+        """The chosen numeric features' public domains, fixed before the run (``feature_ranges``
+        or the data's documented domain, data/features.py), never the users' min and max."""
+        try:
+            return public_ranges(dataset, self.feature_kinds, c.feature_ranges)
         except FeatureSelectionError as e:
             raise ConfigError(str(e)) from None
 

@@ -13,6 +13,15 @@ eval_context  users     the held-out context s[n_tr:L-1] → curator
 eval_rank     curator   top-K over all items for each test prefix, without noise → its user
 eval          users     Recall@K and MRR@K against the held-out targets
 ============  ========  ====================================================================
+
+What arrives is untrusted: the host's screen checks each payload against the public records
+(protocols/dipsgnn/messages.py: ids of the catalogue, an upload no longer than ``max_len``'s
+training part). A handler drops (:meth:`Node.reject`, counted under the run's ``rejected``)
+rather than uses a message from another round (``order``), an upload from a user the curator
+does not register (``peer``), a second message of one kind from one user in one step
+(``budget``), an evaluation context that makes the user's sequence longer than ``max_len``
+(``size``), or top-K lists that do not fit the user's held-out targets (``shape``,
+``malformed``). An honest run rejects nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import dataclasses
 import numpy as np
 import torch
 
+from cluster import wire
 from cluster.message import index_of
 from cluster.validate import Accept
 from data.sequences import PrefixExamples, train_length, training_prefixes
@@ -48,9 +58,27 @@ class Holdings:
 # --------------------------------------------------------------------------- the user's device
 
 
+def admitted(node: Node, inbox, row_of: dict | None = None) -> list:
+    """The messages of ``inbox`` that ``node`` may act on: of this round, from a registered user
+    (with ``row_of``: user id -> row), the first of each kind from each sender (the inbox is
+    sorted by sender); the others are dropped and counted."""
+    kept, seen = [], set()
+    for m in inbox:
+        if m.round != node.round:
+            node.reject(m, "order")
+        elif row_of is not None and index_of(m.src) not in row_of:
+            node.reject(m, "peer")
+        elif (m.src, m.kind) in seen:
+            node.reject(m, "budget")
+        else:
+            seen.add((m.src, m.kind))
+            kept.append(m)
+    return kept
+
+
 class DIPSGNNUser(Node):
     role = "user"
-    ACCEPTS = {"topk": Accept(("server",), ("eval",), messages.check_items)}
+    ACCEPTS = {"topk": Accept(("server",), ("eval",), messages.check_topk)}
 
     def __init__(self, nid: str, ctx: NodeContext, sequence: np.ndarray, features: dict):
         super().__init__(nid, ctx)
@@ -78,7 +106,7 @@ class DIPSGNNUser(Node):
                             p.feature_cardinality,
                             p.public_ranges,
                             c.eps1,
-                            self.rng,
+                            self.noise_rng,
                         )
                     x = self.perturbed
                 else:
@@ -94,9 +122,19 @@ class DIPSGNNUser(Node):
             )
         elif phase == "eval":
             expect_kinds(inbox, "topk", node=self.id)
+            inbox = admitted(self, inbox)
+            if not inbox:
+                return
             (msg,) = inbox
             targets = self.sequence[self.n_train :]
-            top = messages.decode_topk(msg.payload, len(targets), p.n_items, self.id)
+            if not len(targets):  # nothing held out: nothing to judge the lists by
+                return
+            flat = wire.decode_ids(msg.payload)  # ids of the catalogue: the host's screen
+            problem = messages.topk_problem(flat, len(targets))
+            if problem is not None:  # not one list of distinct items per held-out target
+                self.reject(msg, problem)
+                return
+            top = flat.reshape(len(targets), -1)
             scores = topk_scores(top, p.n_items)
             for name, values in next_item_metrics(scores, torch.tensor(targets), KS).items():
                 for v in values:
@@ -128,8 +166,8 @@ class DIPSGNNServer(Node):
     role = "server"
     ACCEPTS = {
         "features": Accept(("user",), ("train",), messages.check_features),
-        "sequence": Accept(("user",), ("train",), messages.check_items),
-        "eval_context": Accept(("user",), ("eval_rank",), messages.check_items),
+        "sequence": Accept(("user",), ("train",), messages.check_sequence),
+        "eval_context": Accept(("user",), ("eval_rank",), messages.check_context),
     }
 
     def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray):
@@ -154,10 +192,9 @@ class DIPSGNNServer(Node):
                 graph_messages=c.graph_messages,
             ).to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.lr, weight_decay=c.l2)
-        self.noise = torch.Generator(device=self.device).manual_seed(
-            int(self.rng.integers(0, 2**63 - 1))
-        )
-        self.edgerand_seed = int(self.rng.integers(0, 2**63 - 1))
+        # eq. 7's and DP-SGD's noise, and EdgeRand's (--secure-rng: from the OS, privacy/noise.py)
+        self.noise = self.noise_generator(device=self.device)
+        self.edgerand_seed = self.noise_seed()
         self.train_seqs: list[np.ndarray] | None = None
         self.features: torch.Tensor | None = None
         self.examples: PrefixExamples | None = None
@@ -175,7 +212,7 @@ class DIPSGNNServer(Node):
             self.feats = np.zeros((n, max(p.n_feature_slots, 1)), dtype=np.float32)
         new = [np.zeros(0, dtype=np.int64)] * n
         arrived = np.zeros(n, dtype=bool)
-        for m in inbox:
+        for m in admitted(self, inbox, self.row_of):
             row = self.row_of[index_of(m.src)]
             if self.held[row]:
                 continue
@@ -205,7 +242,7 @@ class DIPSGNNServer(Node):
         if phase == "train":
             expect_kinds(inbox, "features", "sequence", node=self.id)
             if inbox:
-                self._receive_uploads(inbox)
+                self._receive_uploads(inbox)  # what fails the curator's checks is dropped
             if self.held.sum() < max(1, self.min_participants):  # run condition: too few users
                 self.report("skipped", 1.0)
                 return
@@ -225,7 +262,8 @@ class DIPSGNNServer(Node):
                     clip_norm=c.dpsgd_clip,
                     noise_multiplier=self.public.dpsgd_noise_multiplier,
                     max_weight=c.max_edge_weight,
-                    sample_rng=self.rng,
+                    # the sampling the accountant's amplification assumes secret (as Opacus)
+                    sample_rng=self.noise_rng,
                     noise=self.noise,
                 )
             else:
@@ -237,11 +275,14 @@ class DIPSGNNServer(Node):
         elif phase == "eval_rank":
             expect_kinds(inbox, "eval_context", node=self.id)
             prefixes, rows, owners = [], [], []
-            for m in inbox:
+            for m in admitted(self, inbox, self.row_of):
                 row = self.row_of[index_of(m.src)]
                 if not self.held[row]:  # no training data of this user: nothing to rank with
                     continue
                 context = messages.decode_context(m.payload)
+                if len(self.train_seqs[row]) + len(context) + 1 > c.max_len:
+                    self.reject(m, "size")  # longer than any sequence: a cost, not a user's
+                    continue
                 full = np.concatenate([self.train_seqs[row], context])
                 start = len(self.train_seqs[row])
                 for j in range(start, len(full) + 1):  # test prefixes s[:j], j = n_tr..L-1

@@ -1,7 +1,17 @@
 """dmf's one role: the user, with its factor p_u, its copy Q_u of the item factors (last column:
-the item biases) and its neighbours. Steps refer to protocol.py."""
+the item biases) and its neighbours. Steps refer to protocol.py.
+
+What a neighbour sends is untrusted: the host's screen checks each payload against the public
+records (protocols/dmf/messages.py); the user drops (:meth:`Node.reject`, counted under the run's
+``rejected``) rather than applies a gradient from another round (``order``), from a user that is
+not its neighbour (``peer``), or the same nonce twice from one sender in one step, or more
+gradients from one sender in one step than there are users to originate them (``budget``). A
+gradient that reaches it again by another path is skipped, as the protocol has it (not counted).
+An honest run rejects nothing."""
 
 from __future__ import annotations
+
+import secrets
 
 import numpy as np
 import torch
@@ -69,7 +79,9 @@ class DMFUser(Node):
         self.factor = self.factor - c.lr * g.user[0]
         self.factor[-1] = 1.0
         self.item_factors.index_add_(0, torch.from_numpy(ids), rows, alpha=-c.lr)
-        nonce = self.rng.bytes(msg.NONCE_BYTES)
+        # from the operating system: a nonce drawn from the seeded RNG would tell anyone who knows
+        # the seed which user originated a gradient gossiped on its behalf
+        nonce = secrets.token_bytes(msg.NONCE_BYTES)
         self.seen.add(nonce)
         ids, rows = self.tamper_upload(ids, rows.numpy(), q.numpy())  # an adversary's change
         payload = msg.encode_item_grads(nonce, ids, rows)
@@ -86,8 +98,25 @@ class DMFUser(Node):
         weight = c.neighbour_weight**hop
         defence = self.threat.defence if self.threat is not None else ""
         received = []
+        neighbours = set(self.neighbours)
+        # an honest neighbour forwards each gradient of the round once: at most one per user
+        most = self.public.n_users
+        last, from_sender, nonces = None, 0, set()  # the current sender's count and nonces
         for m in inbox:  # sorted by sender: the same result whatever the placement
+            if m.round != self.round:
+                self.reject(m, "order")
+                continue
+            if m.src not in neighbours:
+                self.reject(m, "peer")
+                continue
             nonce, grads = msg.decode_nonce(m.payload)
+            if m.src != last:
+                last, from_sender, nonces = m.src, 0, set()
+            if nonce in nonces or from_sender >= most:
+                self.reject(m, "budget")
+                continue
+            from_sender += 1
+            nonces.add(nonce)
             if nonce in self.seen:
                 continue
             self.seen.add(nonce)

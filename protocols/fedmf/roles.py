@@ -1,6 +1,12 @@
 """fedmf's nodes: the server (holds Q, samples users, averages their item gradients) and the user
 (holds p_u and its interactions, trains locally, evaluates on its device). Steps refer to
-protocol.py."""
+protocol.py.
+
+What arrives is untrusted: the host's screen checks each payload against the public records
+(protocols/fedmf/messages.py); a handler drops (:meth:`Node.reject`, counted under the run's
+``rejected``) rather than uses a message from another round (``order``), an upload from a user
+the server did not sample this round (``peer``), or a second message of one kind from one sender
+in one step (``budget``). An honest run rejects nothing."""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ import numpy as np
 import torch
 
 from adversaries.defences import defended_step
-from cluster.message import node_id
+from cluster.message import index_of, node_id
 from cluster.validate import Accept
 from models.bpr import bpr_grads, sample_pairs
 from nodes.node import Node, NodeContext, decode_shared, expect_kinds
@@ -20,9 +26,26 @@ SERVER = node_id("server", 0)
 EVAL_CHUNK = 1024  # users ranked in one pass at evaluation
 
 
+def first_of_round(node: Node, inbox, kind: str):
+    """The first ``kind`` message of ``inbox`` sent in this round, or None; any other is dropped
+    and counted (another round: ``order``; a second one: ``budget``)."""
+    out = None
+    for m in inbox:
+        if m.kind != kind:
+            continue
+        if m.round != node.round:
+            node.reject(m, "order")
+        elif out is not None:
+            node.reject(m, "budget")
+        else:
+            out = m
+    return out
+
+
 class FedMFServer(Node):
     role = "server"
     ACCEPTS = {msg.ITEM_GRADS: Accept(("user",), ("aggregate",), msg.check_item_grads)}
+    sampled = np.zeros(0, dtype=np.int64)  # the users sent Q this round (their uploads count)
 
     def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray):
         super().__init__(nid, ctx)
@@ -38,12 +61,14 @@ class FedMFServer(Node):
             users = self.users
             if phase == "download":  # step 1: the round's |Ū| users
                 users = sample_participants(self.rng, users, self.config.users_per_round)
+                self.sampled = np.asarray(users, dtype=np.int64)
             payload = msg.encode_item_factors(self.item_factors.detach())  # one bytes object
             kind = msg.ITEM_FACTORS if phase == "download" else msg.EVAL_ITEM_FACTORS
             for u in users:
                 self.send(kind, node_id("user", int(u)), payload)
         elif phase == "aggregate":  # step 3
             expect_kinds(inbox, msg.ITEM_GRADS, node=self.id)
+            inbox = self._admit(inbox)
             if len(inbox) < max(1, self.min_participants):
                 self.report("skipped", 1.0)
                 return
@@ -53,6 +78,23 @@ class FedMFServer(Node):
             defended_step(self.item_factors, self.optimizer, uploads, self.threat)
         else:
             super().handle(phase, inbox)
+
+    def _admit(self, inbox) -> list:
+        """The uploads to average: this round's, one per user sampled this round (the inbox is
+        sorted by sender); the others are dropped and counted."""
+        sampled = set(self.sampled.tolist())
+        kept, last = [], None
+        for m in inbox:
+            if m.round != self.round:
+                self.reject(m, "order")
+            elif index_of(m.src) not in sampled:
+                self.reject(m, "peer")
+            elif m.src == last:
+                self.reject(m, "budget")
+            else:
+                kept.append(m)
+                last = m.src
+        return kept
 
     def get_item_factors(self) -> np.ndarray:
         return self.item_factors.detach().numpy().copy()
@@ -75,19 +117,28 @@ class FedMFUser(Node):
 
     @classmethod
     def handle_batch(cls, nodes, phase, inboxes) -> None:
+        if phase not in ("train", "eval"):
+            raise ValueError(f"{cls.__name__}: no handler for phase {phase!r}")
+        kind = msg.ITEM_FACTORS if phase == "train" else msg.EVAL_ITEM_FACTORS
+        for n, inbox in zip(nodes, inboxes):
+            expect_kinds(inbox, kind, node=n.id)
+        # each user's one Q of this round from the server; a user left without one sits it out
+        firsts = [first_of_round(n, inbox, kind) for n, inbox in zip(nodes, inboxes)]
+        nodes, inboxes = (
+            [n for n, m in zip(nodes, firsts) if m is not None],
+            [[m] for m in firsts if m is not None],
+        )
+        if not nodes:
+            return
         if phase == "train":
             cls._train(nodes, inboxes)
-        elif phase == "eval":
-            cls._evaluate(nodes, inboxes)
         else:
-            raise ValueError(f"{cls.__name__}: no handler for phase {phase!r}")
+            cls._evaluate(nodes, inboxes)
 
     @staticmethod
     def _train(nodes: list[FedMFUser], inboxes) -> None:
         """Step 2 for every sampled user of this host in one vectorised pass; row b of every
         tensor depends on user b alone."""
-        for n, inbox in zip(nodes, inboxes):
-            expect_kinds(inbox, msg.ITEM_FACTORS, node=n.id)
         q_list = decode_shared(inboxes, msg.ITEM_FACTORS, msg.decode_item_factors)
         c, n_items = nodes[0].config, nodes[0].public.n_items
         pairs = [sample_pairs(n.rng, n_items, n.train_items, c.pairs) for n in nodes]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from cluster import validate as v
 from cluster import wire
 
 ITEM_TABLE = "item_table"  # step 1
@@ -48,3 +49,10 @@ def decode_table(payload: bytes, n_items: int, dim: int) -> np.ndarray:
     if not np.isfinite(table).all():
         raise wire.WireError("item table: non-finite values")
     return table
+
+
+def check_table(payload: bytes, shared) -> None:
+    """What a receiver accepts (``ACCEPTS``, cluster/validate.py): a finite [n_items, dim] table;
+    the host's screen drops and counts anything else before a handler sees it."""
+    c, n_items = shared.config, shared.public.n_items
+    v.dense(payload, (n_items, c.dim), what="item table")

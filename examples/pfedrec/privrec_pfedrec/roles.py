@@ -7,6 +7,12 @@ The client's model is the authors' (mlp.py of github.com/Zhangcx19/IJCAI-23-PFed
 embedding; the score of item i is ŷ_ui = σ(w_u·e_i + b_u), a one-layer score function on the
 item's embedding, trained with binary cross-entropy on the client's positives and sampled
 negatives.
+
+What arrives is untrusted. Each role declares what it accepts (``ACCEPTS``: the kind, the sender
+role, the phase and the table's shape, checked by the host before a handler runs, which also
+says who may address it); the handlers drop (:meth:`Node.reject`, counted under the run's
+``rejected``) rather than raise on what only they can judge: a second message from one sender in
+one step (``budget``), a message of another round (``order``).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import torch.nn.functional as F
 
 from cluster import wire
 from cluster.message import node_id
+from cluster.validate import Accept
 from models.metrics import ranking_metrics, topk_excluding
 from nodes.node import Node, NodeContext, decode_shared, expect_kinds, node_seed
 from privacy.ldp import laplace_noise
@@ -31,8 +38,25 @@ EVAL_CHUNK = 256  # clients ranked in one pass at evaluation
 SAMPLED_K = 10  # the paper's HR@10 / NDCG@10
 
 
+def first_of_round(node: Node, inbox, kind: str):
+    """The first ``kind`` message of ``inbox`` sent in this round, or None; any other is dropped
+    and counted (another round: ``order``; a second one: ``budget``)."""
+    out = None
+    for m in inbox:
+        if m.kind != kind:
+            continue
+        if m.round != node.round:
+            node.reject(m, "order")
+        elif out is not None:
+            node.reject(m, "budget")
+        else:
+            out = m
+    return out
+
+
 class PFedRecServer(Node):
     role = "server"
+    ACCEPTS = {msg.ITEM_UPLOAD: Accept(("user",), ("aggregate",), msg.check_table)}
 
     def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray):
         super().__init__(nid, ctx)
@@ -61,12 +85,20 @@ class PFedRecServer(Node):
         c, n_items = self.config, self.public.n_items
         tables, seen = [], set()
         for m in inbox:  # sender order: the sums are the same whatever the placement
-            if m.src_role != "user" or m.src in seen:
-                self.report("rejected", 1.0)
-                continue
-            try:
-                tables.append(msg.decode_table(m.payload, n_items, c.dim))
-            except wire.WireError:
+            why = None
+            if m.round != self.round:
+                why = "order"
+            elif m.src_role != "user":
+                why = "sender"
+            elif m.src in seen:
+                why = "budget"
+            else:
+                try:
+                    tables.append(msg.decode_table(m.payload, n_items, c.dim))
+                except wire.WireError:
+                    why = "malformed"
+            if why is not None:  # dropped, counted in the run's and the round's figures
+                self.reject(m, why)
                 self.report("rejected", 1.0)
                 continue
             seen.add(m.src)
@@ -84,6 +116,10 @@ class PFedRecServer(Node):
 
 class PFedRecUser(Node):
     role = "user"
+    ACCEPTS = {
+        msg.ITEM_TABLE: Accept(("server",), ("train",), msg.check_table),
+        msg.EVAL_ITEM_TABLE: Accept(("server",), ("eval",), msg.check_table),
+    }
 
     def __init__(self, nid: str, ctx: NodeContext, train_items: np.ndarray, test_items: np.ndarray):
         super().__init__(nid, ctx)
@@ -106,9 +142,16 @@ class PFedRecUser(Node):
 
     @classmethod
     def handle_batch(cls, nodes, phase, inboxes) -> None:
-        if phase == "train":
+        if phase in ("train", "eval"):  # each client's one table of this round from the server
+            kind = msg.ITEM_TABLE if phase == "train" else msg.EVAL_ITEM_TABLE
             for n, inbox in zip(nodes, inboxes):
-                expect_kinds(inbox, msg.ITEM_TABLE, node=n.id)
+                expect_kinds(inbox, kind, node=n.id)
+            firsts = [first_of_round(n, inbox, kind) for n, inbox in zip(nodes, inboxes)]
+            nodes = [n for n, m in zip(nodes, firsts) if m is not None]
+            inboxes = [[m] for m in firsts if m is not None]
+            if not nodes:
+                return
+        if phase == "train":
             c, n_items = nodes[0].config, nodes[0].public.n_items
             tables = decode_shared(
                 inboxes, msg.ITEM_TABLE, lambda p: msg.decode_table(p, n_items, c.dim)
@@ -118,8 +161,6 @@ class PFedRecUser(Node):
                 chunk = order[start : start + TRAIN_CHUNK]
                 _train([nodes[b] for b in chunk], [tables[b] for b in chunk])
         elif phase == "eval":
-            for n, inbox in zip(nodes, inboxes):
-                expect_kinds(inbox, msg.EVAL_ITEM_TABLE, node=n.id)
             c, n_items = nodes[0].config, nodes[0].public.n_items
             tables = decode_shared(
                 inboxes, msg.EVAL_ITEM_TABLE, lambda p: msg.decode_table(p, n_items, c.dim)
@@ -248,7 +289,7 @@ def _perturbed_upload(
         delta = np.clip(delta, -c.clip, c.clip)
     up[rows] = table[rows] + delta
     if c.laplace_scale > 0:
-        up += laplace_noise(up.shape, c.laplace_scale, node.torch_generator()).numpy()
+        up += laplace_noise(up.shape, c.laplace_scale, node.noise_generator()).numpy()
     return up
 
 
