@@ -15,7 +15,8 @@ inflate         an honest payload whose declared length (the u32 after    receiv
 truncate        an honest payload less its last byte                      receiver's check
 misdirect       an honest message to another node of the receiver's role  receiver's handler
                 (in gossip: a peer that is not its neighbour)               ("peer")
-out-of-range    blinded RSA values 0 and N to the key server              key server ("range")
+out-of-range    blinded RSA values 0 and N to the key server, in place of  key server ("range")
+                its request
 unordered       PSI / matcher tokens in reverse order                     receiver ("order")
 ==============  =========================================================  ======================
 
@@ -138,9 +139,11 @@ class Malformed:
                 if peer not in (self.id, m.dst):
                     out.append(msg(m.kind, peer, p))
         blinded = out_of_range(self)
-        if blinded is not None and any(m.kind in ("oprf_blinded", "psi_blinded") for m in honest):
-            kind = next(m for m in honest if m.kind in ("oprf_blinded", "psi_blinded"))
-            out.append(msg(kind.kind, kind.dst, blinded))
+        asks = [m for m in honest if m.kind in ("oprf_blinded", "psi_blinded")]
+        if blinded is not None and asks and _unit(seed, "range", self.round, self.id) < 0.5:
+            # in place of its request (a second request in one step is refused as over budget)
+            self._outbox.remove(asks[0])
+            out.append(msg(asks[0].kind, asks[0].dst, blinded))
         return out
 
     def _not_addressable(self) -> str:
