@@ -30,6 +30,8 @@ def _train(steps: int, batched: bool = True):
         for u in range(N_USERS)
         if len(train[u])
     ]
+    for n in nodes:  # as the host does before a handler runs
+        n.round, n.phase = 0, "train"
     boxes = [[Message(msg.ITEM_FACTORS, "server/0", n.id, 0, "train", payload)] for n in nodes]
     if batched:
         FedMFUser.handle_batch(nodes, "train", boxes)

@@ -97,7 +97,9 @@ def test_unknown_destination_is_a_clear_error(ray_local):
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     dep = Deployment([NodeSpec(Stray, "server/0")], seed=0, placement="dedicated")
     try:
-        with pytest.raises(Exception, match="unknown node user/99"):
+        with pytest.raises(
+            Exception, match="EnvelopeError: server/0 sent 'x' to unknown node 'user/99'"
+        ):
             dep.superstep(0, "p", activate=["server"])
     finally:
         dep.close()
