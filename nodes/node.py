@@ -15,11 +15,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections import defaultdict
+from collections.abc import Container
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from cluster.message import Message, role_of
+from cluster.message import Message, index_of, role_of
 
 if TYPE_CHECKING:
     import torch
@@ -227,6 +228,24 @@ class Node:
         if reason not in REASONS:
             raise ValueError(f"unknown rejection reason {reason!r} (one of {REASONS})")
         self._rejected.append((m.kind, reason))
+
+    def admit(self, inbox: list[Message], peers: Container[int] | None = None) -> list[Message]:
+        """The messages of ``inbox`` this node may act on, in order; each other one is dropped and
+        counted (:meth:`reject`): stamped with another round (``order``), from a sender whose
+        index is not in ``peers`` (``peer``; None: any sender the host's screen let through), or
+        a second message of one kind from one sender (``budget``)."""
+        kept, seen = [], set()
+        for m in inbox:
+            if m.round != self.round:
+                self.reject(m, "order")
+            elif peers is not None and index_of(m.src) not in peers:
+                self.reject(m, "peer")
+            elif (m.src, m.kind) in seen:
+                self.reject(m, "budget")
+            else:
+                seen.add((m.src, m.kind))
+                kept.append(m)
+        return kept
 
     def report(self, name: str, value: float) -> None:
         """A figure for the run report (e.g. this user's Recall@20); summed exactly by the driver."""

@@ -34,7 +34,6 @@ run rejects nothing.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
 
 import numpy as np
 import scipy.sparse as sp
@@ -122,24 +121,6 @@ class DGRECUser(Node):
     def tree_neighbours(self) -> list[int]:
         return sorted(([self.parent] if self.parent is not None else []) + self.children)
 
-    def _admit(self, inbox, peers: Iterable[int]) -> list:
-        """The messages of ``inbox`` this user may act on: of this round, from a user of
-        ``peers`` (global ids), the first of each sender (the inbox is sorted by sender); the
-        others are dropped and counted (``order``, ``peer``, ``budget``)."""
-        peers = peers if isinstance(peers, (set, frozenset)) else set(peers)
-        kept, last = [], None
-        for m in inbox:
-            if m.round != self.round:
-                self.reject(m, "order")
-            elif index_of(m.src) not in peers:
-                self.reject(m, "peer")
-            elif m.src == last:
-                self.reject(m, "budget")
-            else:
-                kept.append(m)
-                last = m.src
-        return kept
-
     def _neighbour_set(self) -> set[int]:
         return set(self.neighbours.tolist())
 
@@ -188,7 +169,7 @@ class DGRECUser(Node):
 
     def _setup(self, inbox) -> None:
         expect_kinds(inbox, "public_items", node=self.id)
-        for m in self._admit(inbox, self._neighbour_set()):
+        for m in self.admit(inbox, self._neighbour_set()):
             ids = wire.decode_ids(m.payload)  # in the catalogue: the host's screen checked it
             self.neighbour_public[index_of(m.src)] = ids
         self._build_graph()
@@ -236,7 +217,7 @@ class DGRECUser(Node):
 
     def _seed(self, inbox) -> None:
         expect_kinds(inbox, "status", node=self.id)
-        for m in self._admit(inbox, self._neighbour_set()):
+        for m in self.admit(inbox, self._neighbour_set()):
             self.neighbour_status[index_of(m.src)] = decode_status(m.payload)
         self._reset_round()
         if self.rng.random() < self.public.seed_probability:
@@ -278,7 +259,7 @@ class DGRECUser(Node):
         """Take as children the users that join this user's tree: each must answer an invitation
         this user sent at ``hop`` (the invitee's join arrives one step after it; in ``train``,
         those of the last hop)."""
-        joins = self._admit([m for m in inbox if m.kind == "join"], self.invited)
+        joins = self.admit([m for m in inbox if m.kind == "join"], self.invited)
         for m in joins:
             src = index_of(m.src)
             if not self.in_tree:
@@ -292,7 +273,7 @@ class DGRECUser(Node):
         expect_kinds(inbox, "invite", "join", node=self.id)
         step = int(self.phase.split("/", 1)[1])  # hop/h: the invitations of hop h arrive
         self._take_joins(inbox, step - 1)
-        invites = self._admit([m for m in inbox if m.kind == "invite"], self._neighbour_set())
+        invites = self.admit([m for m in inbox if m.kind == "invite"], self._neighbour_set())
         valid = []
         for m in invites:  # sorted by sender
             hop = wire.decode_ids(m.payload)  # one hop in 1..H: the host's screen checked it
@@ -346,7 +327,7 @@ class DGRECUser(Node):
         expect_kinds(inbox, "share", node=self.id)
         fresh: dict[int, tuple[bytes, set[int]]] = {}
         tree = set(self.tree_neighbours) if self.in_tree else set()
-        for m in self._admit(inbox, tree):  # one share a step from each tree neighbour
+        for m in self.admit(inbox, tree):  # one share a step from each tree neighbour
             src = index_of(m.src)
             for origin, enc in decode_share(m.payload):
                 if origin in fresh:

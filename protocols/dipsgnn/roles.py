@@ -58,24 +58,6 @@ class Holdings:
 # --------------------------------------------------------------------------- the user's device
 
 
-def admitted(node: Node, inbox, row_of: dict | None = None) -> list:
-    """The messages of ``inbox`` that ``node`` may act on: of this round, from a registered user
-    (with ``row_of``: user id -> row), the first of each kind from each sender (the inbox is
-    sorted by sender); the others are dropped and counted."""
-    kept, seen = [], set()
-    for m in inbox:
-        if m.round != node.round:
-            node.reject(m, "order")
-        elif row_of is not None and index_of(m.src) not in row_of:
-            node.reject(m, "peer")
-        elif (m.src, m.kind) in seen:
-            node.reject(m, "budget")
-        else:
-            seen.add((m.src, m.kind))
-            kept.append(m)
-    return kept
-
-
 class DIPSGNNUser(Node):
     role = "user"
     ACCEPTS = {"topk": Accept(("server",), ("eval",), messages.check_topk)}
@@ -122,7 +104,7 @@ class DIPSGNNUser(Node):
             )
         elif phase == "eval":
             expect_kinds(inbox, "topk", node=self.id)
-            inbox = admitted(self, inbox)
+            inbox = self.admit(inbox)
             if not inbox:
                 return
             (msg,) = inbox
@@ -212,7 +194,7 @@ class DIPSGNNServer(Node):
             self.feats = np.zeros((n, max(p.n_feature_slots, 1)), dtype=np.float32)
         new = [np.zeros(0, dtype=np.int64)] * n
         arrived = np.zeros(n, dtype=bool)
-        for m in admitted(self, inbox, self.row_of):
+        for m in self.admit(inbox, self.row_of):
             row = self.row_of[index_of(m.src)]
             if self.held[row]:
                 continue
@@ -275,7 +257,7 @@ class DIPSGNNServer(Node):
         elif phase == "eval_rank":
             expect_kinds(inbox, "eval_context", node=self.id)
             prefixes, rows, owners = [], [], []
-            for m in admitted(self, inbox, self.row_of):
+            for m in self.admit(inbox, self.row_of):
                 row = self.row_of[index_of(m.src)]
                 if not self.held[row]:  # no training data of this user: nothing to rank with
                     continue

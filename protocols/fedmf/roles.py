@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from adversaries.defences import defended_step
-from cluster.message import index_of, node_id
+from cluster.message import node_id
 from cluster.validate import Accept
 from models.bpr import bpr_grads, sample_pairs
 from nodes.node import Node, NodeContext, decode_shared, expect_kinds
@@ -28,18 +28,11 @@ EVAL_CHUNK = 1024  # users ranked in one pass at evaluation
 
 def first_of_round(node: Node, inbox, kind: str):
     """The first ``kind`` message of ``inbox`` sent in this round, or None; any other is dropped
-    and counted (another round: ``order``; a second one: ``budget``)."""
-    out = None
-    for m in inbox:
-        if m.kind != kind:
-            continue
-        if m.round != node.round:
-            node.reject(m, "order")
-        elif out is not None:
-            node.reject(m, "budget")
-        else:
-            out = m
-    return out
+    and counted (``Node.admit``; a second one from another sender too: ``budget``)."""
+    kept = node.admit([m for m in inbox if m.kind == kind])
+    for m in kept[1:]:
+        node.reject(m, "budget")
+    return kept[0] if kept else None
 
 
 class FedMFServer(Node):
@@ -68,7 +61,7 @@ class FedMFServer(Node):
                 self.send(kind, node_id("user", int(u)), payload)
         elif phase == "aggregate":  # step 3
             expect_kinds(inbox, msg.ITEM_GRADS, node=self.id)
-            inbox = self._admit(inbox)
+            inbox = self.admit(inbox, set(self.sampled.tolist()))  # this round's sampled users
             if len(inbox) < max(1, self.min_participants):
                 self.report("skipped", 1.0)
                 return
@@ -78,23 +71,6 @@ class FedMFServer(Node):
             defended_step(self.item_factors, self.optimizer, uploads, self.threat)
         else:
             super().handle(phase, inbox)
-
-    def _admit(self, inbox) -> list:
-        """The uploads to average: this round's, one per user sampled this round (the inbox is
-        sorted by sender); the others are dropped and counted."""
-        sampled = set(self.sampled.tolist())
-        kept, last = [], None
-        for m in inbox:
-            if m.round != self.round:
-                self.reject(m, "order")
-            elif index_of(m.src) not in sampled:
-                self.reject(m, "peer")
-            elif m.src == last:
-                self.reject(m, "budget")
-            else:
-                kept.append(m)
-                last = m.src
-        return kept
 
     def get_item_factors(self) -> np.ndarray:
         return self.item_factors.detach().numpy().copy()

@@ -284,17 +284,7 @@ class Server(Node):
         """The uploads that may count: from users sampled at this round's download (another
         sender: ``peer``), one of each kind per user (a second one: ``budget``)."""
         round_, sampled = self.sampled
-        sampled = sampled if round_ == self.round else frozenset()
-        kept, seen = [], set()
-        for m in inbox:
-            if index_of(m.src) not in sampled:
-                self.reject(m, "peer")
-            elif (m.src, m.kind) in seen:
-                self.reject(m, "budget")
-            else:
-                seen.add((m.src, m.kind))
-                kept.append(m)
-        return kept
+        return self.admit(inbox, sampled if round_ == self.round else frozenset())
 
     def get_item_embeddings(self) -> np.ndarray:
         return self.item_emb.detach().numpy().copy()

@@ -40,18 +40,11 @@ SAMPLED_K = 10  # the paper's HR@10 / NDCG@10
 
 def first_of_round(node: Node, inbox, kind: str):
     """The first ``kind`` message of ``inbox`` sent in this round, or None; any other is dropped
-    and counted (another round: ``order``; a second one: ``budget``)."""
-    out = None
-    for m in inbox:
-        if m.kind != kind:
-            continue
-        if m.round != node.round:
-            node.reject(m, "order")
-        elif out is not None:
-            node.reject(m, "budget")
-        else:
-            out = m
-    return out
+    and counted (``Node.admit``; a second one from another sender too: ``budget``)."""
+    kept = node.admit([m for m in inbox if m.kind == kind])
+    for m in kept[1:]:
+        node.reject(m, "budget")
+    return kept[0] if kept else None
 
 
 class PFedRecServer(Node):
