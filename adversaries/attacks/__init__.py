@@ -108,7 +108,14 @@ ATTACKS: dict[str, Attack] = {
         "out-of-range RSA values, unordered tokens (a security review's checklist)",
         "compromised",
         "malformed inputs (adversaries/attacks/malformed.py)",
-        {},
+        {
+            "share": (
+                float,
+                1.0,
+                "share of (round, adversary) pairs that send hostile messages (0: a control "
+                "run whose adversaries are honest but not evaluated)",
+            )
+        },
         {
             family: f"adversaries.attacks.{family}:Malformed"
             for family in ("fedmf", "fedpergnn", "dmf", "dgrec", "verfedgnn", "dipsgnn")
@@ -155,6 +162,8 @@ def typed_params(name: str, values) -> dict[str, Any]:
             raise AdversaryError(f"params: {key}: must be >= 0, got {out[key]}")
     if "public_fraction" in out and not 0 < out["public_fraction"] <= 1:
         raise AdversaryError("params: public_fraction: must be in (0, 1]")
+    if "share" in out and not 0 <= out["share"] <= 1:
+        raise AdversaryError("params: share: must be in [0, 1]")
     if "popular_share" in out and not 0 < out["popular_share"] <= 1:
         raise AdversaryError("params: popular_share: must be in (0, 1]")
     return out

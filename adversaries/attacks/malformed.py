@@ -20,7 +20,8 @@ out-of-range    blinded RSA values 0 and N to the key server, in place of  key s
 unordered       PSI / matcher tokens in reverse order                     receiver ("order")
 ==============  =========================================================  ======================
 
-A round in which it forges or addresses wrongly it has failed (the host drops everything it sent,
+It acts in a ``share`` of its rounds (attack parameter, default 1; 0 gives the control run: the
+same participants honest, and not evaluated). A round in which it forges or addresses wrongly it has failed (the host drops everything it sent,
 the honest part too); otherwise everything hostile is dropped and counted under ``rejected`` and
 its honest messages stand. It reports no evaluation figure, so every metric is the honest users'.
 """
@@ -115,7 +116,7 @@ class Malformed:
     def hostile(self, phase: str) -> list[Message]:
         """The hostile messages of this superstep, beside the honest ones in the outbox."""
         seed, honest = self.ctx.seed, list(self._outbox)
-        if not honest:
+        if not honest or _unit(seed, "act", self.round, self.id) >= self.knowledge.params["share"]:
             return []
         first = honest[0]
 
