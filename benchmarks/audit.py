@@ -6,6 +6,7 @@ paper's claim.
     python -m benchmarks.audit --quick           # the tests' sizes (seconds), out/audit-quick.json
     python -m benchmarks.audit --only dipsgnn    # the audits whose name contains a word
     python -m benchmarks.audit --samples 100000  # one size for all
+    python -m benchmarks.audit --dry-run         # list the audits and their sizes, run nothing
 
 Each audit runs the mechanism's own code on the worst-case neighbouring inputs of its privacy
 unit, scores every output, and bounds ε from the error rates of the best threshold test, chosen
@@ -17,6 +18,8 @@ VerFedGNN's release through its party's ``_release`` (clip, then ternary or Lapl
 the wire); DIPSGNN's features through ``perturb_user_features`` (and the piecewise and OUE
 mechanisms it calls), its graph noise through the model's ``noisy_aggregate`` (eq. 7) with σ from
 ``privacy.calibration.noise_sigma`` for each calibration (rigorous, paper, authors' code).
+Two end-to-end audits in one run each (Steinke, Nasr & Jagielski 2023): FedLightGCN's canary users
+through the upload path and the wire, DIPSGNN's canary edges through the curator's training loop.
 
 The verdict: lower bound ≤ rigorous figure → consistent (the audit found no bug); lower bound above
 it → INCONSISTENT (a bug in the mechanism or its accounting; the two planted bugs of
@@ -28,9 +31,9 @@ command) and ``benchmarks/out/audit.md`` (the table for RESULTS.md); prints the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -54,109 +57,15 @@ from privacy.accountant import (
     rdp_of_randomized_response,
 )
 
+# the protocol-level samplers live beside the code they call, so that a run's --audit
+# (engine/audit.py, Protocol.audits) uses them too
+from protocols.dgrec.audit import dgrec_share_sampler
+from protocols.dipsgnn.audit import dipsgnn_aggregate_sampler
+from protocols.verfedgnn.audit import verfedgnn_release_sampler
+
 MODULE = "benchmarks.audit"
-QUICK_SAMPLES = 20_000  # runs per hypothesis in --quick and in tests/test_audit.py
-QUICK_SLOW_SAMPLES = 2_000  # the same for the audits that call a mechanism once per run
-
-# --------------------------------------------------------------------- protocol-level samplers
-
-
-def dgrec_share_sampler(config, n_coords: int = 1) -> pa.Sampler:
-    """DGREC's share as a member gossips it: ``protocols.dgrec.messages.encode_gradient`` (clip to
-    [−δ, δ], then the one-bit code of eq. 5 or Laplace(λ), λ = ``resolved_laplace_scale``), the
-    payload decoded as the receiver decodes it. n runs are n·``n_coords`` elements of one gradient.
-    Neighbours: every element −δ vs +δ. Score: Σ bits (one-bit) or Σ clamp(y, −δ, δ) (Laplace)."""
-    from cluster import wire
-    from protocols.dgrec.messages import encode_gradient
-
-    c = config
-    laplace_scale = c.resolved_laplace_scale()
-
-    def sample(n: int, seed: int):
-        out = []
-        for sign, s in zip((-1.0, 1.0), pa._pair_seeds(seed), strict=True):
-            grad = torch.full((n * n_coords,), sign * c.clip, dtype=torch.float32)
-            gen, rng = pa.torch_generator(s), pa.numpy_generator(s)
-            payload = encode_gradient(grad, c, laplace_scale, rng, lambda gen=gen: gen)
-            if c.mechanism == "onebit":
-                y = wire.decode_signs(payload).astype(np.float64)
-            else:
-                y = np.clip(wire.decode_dense(payload).astype(np.float64), -c.clip, c.clip)
-            out.append(y.reshape(n, n_coords).sum(axis=1))
-        return out[0], out[1]
-
-    return sample
-
-
-def verfedgnn_release_sampler(config, n_coords: int = 1) -> pa.Sampler:
-    """VerFedGNN's party release, ``VerFedGNNParty._release`` itself on a stand-in for the node
-    (its config, an honest ``tamper_gradient`` and ``release_bound``, and the node's kinds of
-    generator): clip to [−B, B], then ternary (eqs. 19–20) or Laplace(b), the payload decoded from
-    the wire. n runs are n·``n_coords`` coordinates of one gradient. Neighbours: every coordinate
-    −B vs +B. Score: #(+r) − #(−r) (ternary) or Σ clamp(y, −B, B) (Laplace)."""
-    from cluster import wire
-    from protocols.verfedgnn.roles import VerFedGNNParty
-
-    c = config
-
-    def sample(n: int, seed: int):
-        out = []
-        for sign, s in zip((-1.0, 1.0), pa._pair_seeds(seed), strict=True):
-            gen = pa.torch_generator(s)
-            party = SimpleNamespace(
-                config=c,
-                tamper_gradient=lambda g: g,
-                release_bound=lambda: c.clip,
-                noise_generator=lambda gen=gen: gen,
-                noise_rng=pa.numpy_generator(s),
-            )
-            grad = torch.full((n * n_coords,), sign * c.clip, dtype=torch.float32)
-            payload = VerFedGNNParty._release(party, grad)
-            if c.mechanism == "ternary":
-                y = np.sign(wire.decode_ternary(payload, length=n * n_coords)).astype(np.float64)
-            else:
-                y = np.clip(wire.decode_dense(payload).astype(np.float64), -c.clip, c.clip)
-            out.append(y.reshape(n, n_coords).sum(axis=1))
-        return out[0], out[1]
-
-    return sample
-
-
-def dipsgnn_aggregate_sampler(sigma: float, clip_norm: float, w_max: float, releases: int):
-    """DIPSGNN's noisy aggregation (eq. 7): the model's own ``noisy_aggregate`` (training mode,
-    σ as given) on the two directed adjacencies of a two-node graph, ``releases`` times (the
-    releases of one edge in an epoch: every prefix that contains it, every step), n graphs at
-    once. H̄ = the model's ``normalized_rows`` (rows of norm C; one hidden dimension: the test
-    statistic is the projection on the difference, whatever the width). Neighbours: the edge
-    0 → 1 with weight w_max present (A_out[0, 1] = A_in[1, 0] = w_max) vs absent (edge-level DP).
-    Score: Σ over releases of M_out[0] + M_in[1], the Gaussian log-likelihood ratio up to an
-    affine map (the optimal test)."""
-    from models.dipsgnn import DIPSGNN
-
-    model = DIPSGNN(
-        n_items=2, use_features=False, n_users=0, hidden_dim=1, clip_norm=clip_norm, sigma=sigma
-    )
-    model.train()
-
-    def sample(n: int, seed: int):
-        out = []
-        for w, s in zip((0.0, w_max), pa._pair_seeds(seed), strict=True):
-            gen = pa.torch_generator(s)
-            a_out = torch.zeros(n, 2, 2)
-            a_out[:, 0, 1] = w
-            a_in = a_out.transpose(1, 2).contiguous()
-            score = torch.zeros(n, dtype=torch.float64)
-            with torch.no_grad():
-                h_bar = model.normalized_rows(torch.ones(n, 2, 1), None)
-                for _ in range(releases):
-                    m_in = model.noisy_aggregate(a_in, h_bar, gen)
-                    m_out = model.noisy_aggregate(a_out, h_bar, gen)
-                    score += (m_out[:, 0, 0] + m_in[:, 1, 0]).double()
-            out.append(score.numpy())
-        return out[0], out[1]
-
-    return sample
-
+QUICK_SAMPLES = pa.QUICK_SAMPLES  # runs per hypothesis in --quick and in tests/test_audit.py
+QUICK_SLOW_SAMPLES = pa.QUICK_SLOW_SAMPLES  # the same for the audits that call a mechanism once
 
 # --------------------------------------------------------------------- the catalogue
 
@@ -418,12 +327,7 @@ def catalogue(quick: bool = False) -> list[pa.Audit]:
     """Every audit, in the table's order, at its full size (``quick``: the tests' sizes)."""
     audits = [*_fedlightgcn(quick), *_dgrec(quick), *_verfedgnn(quick), *_dipsgnn(quick)]
     if quick:
-        audits = [
-            dataclasses.replace(
-                a, samples=QUICK_SLOW_SAMPLES if a.samples <= 100_000 else QUICK_SAMPLES
-            )
-            for a in audits
-        ]
+        audits = [dataclasses.replace(a, samples=pa.quick_samples(a)) for a in audits]
     return audits
 
 
@@ -550,6 +454,186 @@ def one_run_configs(quick: bool = False) -> list[tuple[str, object, int, int]]:
     ]
 
 
+DIPSGNN_ONE_RUN_NAME = "DIPSGNN end to end, one run"
+
+
+def dipsgnn_one_run(
+    config, canaries: int, epochs: int, seed: int = 0, noise_factor: float = 1.0
+) -> dict:
+    """A one-run audit of DIPSGNN's edge-level guarantee through the curator's training, in the
+    style of Steinke, Nasr & Jagielski (2023): ``canaries`` canary examples, each with its own two
+    fresh items a_i < b_i and a random target; canary i's transition a_i → b_i is "included" with
+    probability ½ (its prefix is [a_i, b_i]: the edge of weight 1 = w_max) or not (prefix [a_i]:
+    the same graph without the edge; b_i's row is then padding, whose adjacency is zero). The
+    examples are trained for ``epochs`` epochs by the curator's own loop
+    (``models.dipsgnn_training.train_epoch``: its shuffled batches of ``batch_size``, the model's
+    forward with eq. 7's ``noisy_aggregate`` at σ, Adam steps), T = 1 gated step.
+
+    The auditor sees every release (each batch's noisy A_in·H̄ and A_out·H̄: what the accountant
+    composes; the model is post-processing of them) and knows everything but the inclusion bits:
+    the parameters at each step (white box), hence H̄_a = C·e_a/‖e_a‖ and H̄_b = C·e_b/‖e_b‖
+    from the item embedding at the moment of the release. The score of canary i: Σ over its
+    releases of ⟨M_out[a_i], H̄_b⟩ + ⟨M_in[b_i's row], H̄_a⟩ − C² (the Gaussian log-likelihood
+    ratio up to a factor, centred between the two hypotheses: 2C² apart per release, noise
+    N(0, 2σ²C²)). Set beside the accountant's ε of ``epochs`` releases of gaussian_event(σ,
+    √2·w_max·C) at δ = 1e-5 (one prefix holds the edge, once per epoch). ``noise_factor`` ≠ 1
+    plants a bug: the model draws noise at noise_factor·σ while the accountant charges σ."""
+    import torch.nn.functional as F
+
+    from data.sequences import PrefixExamples
+    from models.dipsgnn import DIPSGNN
+    from models.dipsgnn_training import train_epoch
+    from privacy.calibration import graph_sensitivity, noise_sigma
+
+    c = config
+    sigma = noise_sigma(c)
+    rng = np.random.default_rng(seed)
+    included = rng.random(canaries) < 0.5
+    a = 1 + 2 * np.arange(canaries)  # item 0 is the padding id
+    b = a + 1
+    n_items = 2 * canaries + 1
+    examples = PrefixExamples(
+        user=np.zeros(canaries, dtype=np.int64),
+        prefixes=[
+            np.array([a[i], b[i]] if included[i] else [a[i]], dtype=np.int64)
+            for i in range(canaries)
+        ],
+        target=rng.integers(1, n_items, size=canaries),
+    )
+    torch.manual_seed(int(rng.integers(2**31)))
+    model = DIPSGNN(
+        n_items,
+        use_features=False,
+        hidden_dim=c.hidden_dim,
+        steps=1,
+        clip_norm=c.clip_norm,
+        sigma=noise_factor * sigma,
+    )
+    optimizer = torch.optim.Adam(model.parameters(), lr=c.lr, weight_decay=c.l2)
+    releases: list[tuple[torch.Tensor, torch.Tensor]] = []  # per batch: (M_in, M_out)
+    real = model.noisy_aggregate
+
+    def observed(adjacency, h_bar, generator):
+        out = real(adjacency, h_bar, generator)
+        if not releases or len(releases[-1]) == 2:
+            releases.append((out.detach().clone(),))
+        else:
+            releases[-1] = (releases[-1][0], out.detach().clone())
+        return out
+
+    model.noisy_aggregate = observed
+    embeddings: list[torch.Tensor] = []  # per batch: H̄ of every item when it was released
+    real_forward = model.forward
+
+    def forward(*args, **kwargs):
+        with torch.no_grad():
+            embeddings.append(F.normalize(model.item_embedding.weight, dim=-1) * c.clip_norm)
+        return real_forward(*args, **kwargs)
+
+    model.forward = forward
+    scores = np.zeros(canaries)
+    noise = pa.torch_generator(int(rng.integers(2**62)))
+    start = time.perf_counter()
+    for _ in range(epochs):
+        order_seed = int(rng.integers(2**62))
+        order = np.random.default_rng(order_seed).permutation(canaries)  # train_epoch's order
+        releases.clear(), embeddings.clear()
+        train_epoch(
+            model,
+            optimizer,
+            examples,
+            None,
+            batch_size=c.batch_size,
+            max_weight=c.max_edge_weight,
+            order_rng=np.random.default_rng(order_seed),
+            noise=noise,
+        )
+        for k, ((m_in, m_out), h) in enumerate(zip(releases, embeddings, strict=True)):
+            idx = order[k * c.batch_size : (k + 1) * c.batch_size]
+            rows = torch.arange(len(idx))
+            s = (m_out[rows, 0] * h[b[idx]]).sum(-1)  # a_i is row 0 in both hypotheses
+            if m_in.shape[1] > 1:  # b_i's row (padding when excluded)
+                s = s + (m_in[rows, 1] * h[a[idx]]).sum(-1)
+            scores[idx] += s.double().numpy() - c.clip_norm**2
+    wall = time.perf_counter() - start
+    sens = graph_sensitivity(c)
+    result = pa.one_run_audit(scores, included, DELTA)
+    return {
+        **result,
+        "scores": scores,
+        "included": included,
+        "epochs": epochs,
+        "sigma": sigma,
+        "sensitivity": sens,
+        "rigorous": epsilon_of(gaussian_event(sigma, sens), epochs, DELTA),
+        "wall_s": round(wall, 2),
+    }
+
+
+def dipsgnn_one_run_record(label: str, config, canaries: int, epochs: int, seed: int = 0) -> dict:
+    """:func:`dipsgnn_one_run` as a row of the table (95 % and 1 − 1e-6 on the same run)."""
+    run = dipsgnn_one_run(config, canaries, epochs, seed)
+    strict = pa.one_run_audit(run["scores"], run["included"], DELTA, alpha=pa.STRICT_ALPHA)
+    run.pop("scores"), run.pop("included")
+    return {
+        "name": f"{DIPSGNN_ONE_RUN_NAME}, {label}",
+        "code_path": "models.dipsgnn_training.train_epoch (DIPSGNN.noisy_aggregate, eq. 7), "
+        "privacy.audit.one_run_audit",
+        "neighbours": "canary transition a → b (weight w_max = 1) in its prefix or not",
+        "kind": "epsilon",
+        "delta": DELTA,
+        "epsilon": None,
+        "order": None,
+        "samples_per_hypothesis": None,
+        "samples_text": f"m = {canaries:,} canaries, 1 run of {epochs} epoch"
+        f"{'s' if epochs > 1 else ''} ({run['wall_s']:.1f} s)",
+        "seed": seed,
+        "lower_bound": run["epsilon_lb"],
+        "confidence": 1.0 - pa.ALPHA,
+        "lower_bound_strict": strict["epsilon_lb"],
+        "strict_confidence": 1.0 - pa.STRICT_ALPHA,
+        "rigorous": run["rigorous"],
+        "rigorous_text": "accountant: epochs × gaussian_event(σ, √2·w_max·C) at 1e-5 (the "
+        "canary's edge is in one prefix, released once an epoch)",
+        "paper": None,
+        "verdict": pa.verdict(
+            run["epsilon_lb"], strict["epsilon_lb"], run["rigorous"], None, "epsilon"
+        ),
+        "note": "the auditor sees every noisy aggregate of the training (white box)",
+        "one_run": run,
+        "wall_s": run["wall_s"],
+    }
+
+
+def dipsgnn_one_run_configs(quick: bool = False) -> list[tuple[str, object, int, int]]:
+    """(label, config, canaries, epochs) of DIPSGNN's end-to-end audits: its rigorous σ for the
+    default budget (ε2 = 5 over the releases of a max_len-100 sequence: one epoch's releases of
+    one edge are far fewer, so the bound is small), and the σ calibrated for ε2 = 2 over exactly
+    these releases (max_len 4: one prefix holds the edge), where the bound is informative."""
+    from protocols.dipsgnn.config import DIPSGNNConfig
+
+    canaries = 500 if quick else 5000
+    shape = DIPSGNNConfig(hidden_dim=8, use_features=False)
+    tight = dataclasses.replace(shape, eps2=2.0, max_len=4, epochs=2)
+    return [
+        ("rigorous σ, defaults (ε2 = 5, max_len 100)", shape, canaries, 1),
+        ("rigorous σ for ε2 = 2 over these 2 releases", tight, canaries, 2),
+    ]
+
+
+def end_to_end(quick: bool = False) -> list[tuple[str, object, str]]:
+    """Every end-to-end (one-run) audit: (its name, run(seed) → its record, its size)."""
+    out = []
+    for label, config, canaries, rounds in one_run_configs(quick):
+        run = functools.partial(one_run_record, label, config, canaries, rounds)
+        out.append((f"{ONE_RUN_NAME}, {label}", run, f"{canaries:,} canaries, {rounds} rounds"))
+    for label, config, canaries, epochs in dipsgnn_one_run_configs(quick):
+        run = functools.partial(dipsgnn_one_run_record, label, config, canaries, epochs)
+        size = f"{canaries:,} canaries, {epochs} epoch(s)"
+        out.append((f"{DIPSGNN_ONE_RUN_NAME}, {label}", run, size))
+    return out
+
+
 # --------------------------------------------------------------------- the table
 
 
@@ -635,26 +719,31 @@ def _main(argv):
         action="store_true",
         help="draw the noise from the secure generator (privacy/noise.py), as --secure-rng runs do",
     )
+    p.add_argument("--dry-run", action="store_true", help="list the audits and sizes; run nothing")
     args = p.parse_args(argv)
     if args.samples is not None and args.samples < 4:
         raise UsageError(f"--samples {args.samples}: need at least 4 runs per hypothesis")
     audits = catalogue(quick=args.quick)
+    ends = end_to_end(quick=args.quick)
     if args.only:
         audits = [a for a in audits if args.only.lower() in a.name.lower()]
-        ends = [
-            c for c in one_run_configs() if args.only.lower() in f"{ONE_RUN_NAME}, {c[0]}".lower()
-        ]
+        ends = [e for e in ends if args.only.lower() in e[0].lower()]
         if not audits and not ends:
             raise UsageError(f"--only {args.only}: no audit's name contains it")
+    if args.dry_run:
+        for a in audits:
+            print(f"{a.name}: {args.samples or a.samples:,} runs per hypothesis")
+        for name, _, size in ends:
+            print(f"{name}: {size}")
+        print("(dry run: nothing run)")
+        return 0
     records, start = [], time.perf_counter()
     with pa.secure_generators(args.secure_rng):
         for a in audits:
             records.append(pa.run_audit(a, args.samples, seed=args.seed))
             _progress(records[-1])
-        for label, config, canaries, rounds in one_run_configs(quick=args.quick):
-            if args.only and args.only.lower() not in f"{ONE_RUN_NAME}, {label}".lower():
-                continue
-            records.append(one_run_record(label, config, canaries, rounds, seed=args.seed))
+        for _, run, _ in ends:
+            records.append(run(seed=args.seed))
             _progress(records[-1])
     name = ("audit-quick" if args.quick else "audit") + ("-secure" if args.secure_rng else "")
     figures = {

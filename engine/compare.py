@@ -13,7 +13,8 @@ table gives the ratio of the two main metrics (each protocol declares its own,
 
 Per protocol the table (and ``comparison.json``, which holds every figure of the table) has: the
 main metric and its ratio to the baseline, bytes per round (by kind in a second table), total
-bytes, the rigorous ε (with its δ) beside the figure the paper states, attack leakage where an
+bytes, the rigorous ε (with its δ) beside the figure the paper states (and, when the runs were
+audited with ``--audit``, each mechanism's empirical 95 % lower bound), attack leakage where an
 attack was run, wall seconds (the rounds, and the start-up of its actors apart) and simulated
 deployment seconds. A protocol that cannot run (it raises: the data lack ratings, a parameter
 does not fit, a host was lost) is listed with its one-line reason and the comparison goes on.
@@ -32,6 +33,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.audit import describe, headline
 from engine.figures import fmt, fmt_bytes, jsonable, main_metric, one_line
 
 __all__ = [
@@ -292,6 +294,9 @@ def protocol_row(summary: dict, seconds_total: float) -> dict:
         "delta": delta if eps is not None else None,  # ∞ at δ: no finite guarantee at that δ
         "private": privacy.get("mechanism") != "none",  # applies a privacy mechanism
         "epsilon_paper": paper_figure(privacy),
+        # --audit: each mechanism's empirical lower bound (engine/audit.py; None: not audited)
+        "audit": privacy.get("audit"),
+        "epsilon_audit": headline(privacy.get("audit")),
         "attack": attack_figures(summary),
         "wall_seconds": wall,
         "startup_seconds": max(0.0, seconds_total - (wall or 0.0)),
@@ -352,6 +357,19 @@ def epsilon_cell(r: dict) -> str:
     return cell
 
 
+def audit_cell(r: dict) -> str:
+    """The audit's 95 % lower bound(s), one per audited mechanism ("—": audited, no mechanism)."""
+    records = r.get("audit")
+    if records is None or r.get("status", "ok") != "ok":
+        return "—"
+    return "; ".join(describe(a) for a in records) or "— (no mechanism)"
+
+
+def audited(rows: list[dict]) -> bool:
+    """Whether any run of the comparison was audited (--audit): the audit column is shown."""
+    return any(r.get("audit") is not None for r in rows)
+
+
 def paper_cell(r: dict) -> str:
     p = r.get("epsilon_paper")
     return "—" if not p else f"{fmt(p['value'])} ({p['what']})"
@@ -394,12 +412,23 @@ COLUMNS = (
     "start-up s",
     "sim s",
 )
+AUDIT_COLUMN = "ε audit (95 % lower bound)"  # after "ε rigorous" when the runs were audited
 
 
-def table_row(r: dict) -> list[str]:
-    """The cells of one protocol's line of the main table."""
+def columns(rows: list[dict]) -> tuple[str, ...]:
+    """The main table's columns: :data:`COLUMNS`, with :data:`AUDIT_COLUMN` beside the rigorous
+    ε when any run was audited (--audit)."""
+    if not audited(rows):
+        return COLUMNS
+    at = COLUMNS.index("ε rigorous") + 1
+    return COLUMNS[:at] + (AUDIT_COLUMN,) + COLUMNS[at:]
+
+
+def table_row(r: dict, with_audit: bool = False) -> list[str]:
+    """The cells of one protocol's line of the main table (``with_audit``: the audit column)."""
+    width = len(COLUMNS) + with_audit
     if r["status"] != "ok":
-        return [r["label"], fmt(r["rounds"]), f"failed: {r['reason']}"] + ["—"] * (len(COLUMNS) - 3)
+        return [r["label"], fmt(r["rounds"]), f"failed: {r['reason']}"] + ["—"] * (width - 3)
     return [
         r["label"],
         fmt(r["rounds"]),
@@ -408,6 +437,7 @@ def table_row(r: dict) -> list[str]:
         fmt_bytes(r["bytes_per_round"]),
         fmt_bytes(r["bytes_total"]),
         epsilon_cell(r),
+        *([audit_cell(r)] if with_audit else []),
         paper_cell(r),
         attack_cell(r),
         fmt(r["wall_seconds"]),
@@ -438,13 +468,21 @@ def render_markdown(comparison: dict) -> str:
         f"{fmt(comparison['wall_seconds'])} s in all.",
         "",
     ]
-    lines += md_table(COLUMNS, [table_row(r) for r in rows])
+    with_audit = audited(rows)
+    lines += md_table(columns(rows), [table_row(r, with_audit) for r in rows])
     lines += [
         "",
         "Main metric: recall@k for ranking (↑ better), RMSE for rating prediction (↓ better); "
         "the ratio is this protocol's value over its central baseline's. ε rigorous: what the "
         "protocol's accountant proves for the rounds run; ε paper: the figure the paper states. "
-        "wall s: the rounds; start-up s: starting its actors and the data they hold; "
+        + (
+            "ε audit: with --audit, the empirical 95 % lower bound of each mechanism's audit "
+            "(one release, the run's parameters; summary.json's privacy.audit beside the "
+            "accountant's figure for that release). "
+            if with_audit
+            else ""
+        )
+        + "wall s: the rounds; start-up s: starting its actors and the data they hold; "
         "sim s: simulated deployment time (device speeds and links).",
         "",
         "## Bytes per round by kind",
@@ -482,6 +520,7 @@ _TEXT_COLUMNS = (
     ("× central", lambda r: _ratio_short(r), 9),
     ("bytes/round", lambda r: fmt_bytes(r.get("bytes_per_round")), 11),
     ("ε rigorous", lambda r: epsilon_cell(r) if r["status"] == "ok" else "—", 22),
+    ("ε audit", lambda r: audit_cell(r), 14),  # only when the runs were audited
     ("ε paper", lambda r: fmt((r.get("epsilon_paper") or {}).get("value")), 8),
     ("wall s", lambda r: fmt(r.get("wall_seconds")), 7),
 )
@@ -499,11 +538,15 @@ def _cut(text: str, width: int) -> str:
 
 def render_text(comparison: dict) -> str:
     """The main table for the terminal, at most :data:`TEXT_WIDTH` columns wide: protocol, main
-    metric, its ratio to the central baseline, bytes per round, rigorous ε, the paper's figure and
-    wall seconds; a failed protocol's reason is cut to its column (comparison.md has it whole,
+    metric, its ratio to the central baseline, bytes per round, rigorous ε (when the runs were
+    audited, --audit: the audit's lower bound beside it, in place of bytes per round), the
+    paper's figure and wall seconds; a failed protocol's reason is cut to its column (comparison.md has it whole,
     with every column and the bytes by kind)."""
     rows = comparison["protocols"]
-    cols = [(h, [_cut(cell(r), w) for r in rows]) for h, cell, w in _TEXT_COLUMNS]
+    # audited: the audit's lower bound in place of bytes/round (comparison.md has both)
+    hidden = "bytes/round" if audited(rows) else "ε audit"
+    shown = [c for c in _TEXT_COLUMNS if c[0] != hidden]
+    cols = [(h, [_cut(cell(r), w) for r in rows]) for h, cell, w in shown]
     widths = [max(len(h), *(len(c) for c in cells)) if cells else len(h) for h, cells in cols]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     out = [line([h for h, _ in cols]), line(["-" * w for w in widths])]

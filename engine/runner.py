@@ -68,6 +68,9 @@ class RunSettings:
     conditions: Conditions = field(default_factory=Conditions)  # availability, clock, faults
     # fake or compromised users, target items, the aggregating role's defence (None: honest run)
     adversaries: Adversaries | None = None
+    # --audit: after the run, audit the protocol's mechanism(s) with the run's parameters at the
+    # quick sample size (engine/audit.py) and write summary.json's privacy.audit
+    audit: bool = False
 
 
 @dataclass
@@ -572,6 +575,13 @@ def _drive(
         if dep.has_pending():
             raise RuntimeError("messages were left undelivered at the end of the run")
         wall = time.perf_counter() - t_start
+        audit = {}
+        if getattr(settings, "audit", False):  # (a checkpoint of an older run has no field)
+            from engine.audit import audit_run
+
+            audit["audit"] = audit_run(
+                protocol, seed=settings.seed, secure=settings.conditions.secure_rng
+            )
         summary = {
             "status": "ok",  # "failed": a node stopped the run (see _stop)
             "protocol": settings.protocol,
@@ -599,6 +609,7 @@ def _drive(
             "privacy": {
                 **privacy_of(protocol).as_dict(),
                 "noise_rng": noise_rng_name(settings),  # seeded, or secure (--secure-rng)
+                **audit,  # --audit: each mechanism's empirical lower bound (engine/audit.py)
             },
             "wall_seconds": wall,
             "sim_seconds": sim_total,

@@ -91,8 +91,10 @@ quantizer (:func:`privacy.ternary.ternary_quantize`); DIPSGNN's piecewise mechan
 unary encoding and Algorithm 3 (:mod:`privacy.piecewise`, :mod:`privacy.oue`,
 :func:`privacy.feature_perturbation.perturb_user_features`). The protocol-level call sites that
 live outside privacy/ (DGREC's ``encode_gradient``, VerFedGNN's party release, DIPSGNN's noisy
-aggregation eq. 7 and its calibrations) are audited by benchmarks/audit.py, which holds the
-catalogue of audits (mechanism, rigorous ε by privacy/accountant.py, the paper's claim).
+aggregation eq. 7 and its calibrations) have their samplers beside that code (protocols/<name>/
+audit.py); each protocol declares the audits of its run (``Protocol.audits()``, run by a run's
+``--audit``: engine/audit.py), and benchmarks/audit.py holds the full catalogue (mechanism,
+rigorous ε by privacy/accountant.py, the paper's claim) and the end-to-end one-run audits.
 
 :data:`PLANTED_BUGS` are two deliberately wrong Laplace uploads (noise scale halved; clip applied
 after the noise) that the tests and the benchmark use to show that an audit catches them.
@@ -450,6 +452,18 @@ class Audit:
 
 
 STRICT_ALPHA = 1e-6  # the confirmation level of a verdict (and the tests' level)
+
+# the quick sizes (runs per hypothesis): `python -m benchmarks.audit --quick`, the tests, a run's
+# --audit (engine/audit.py); seconds for each audit
+QUICK_SAMPLES = 20_000
+QUICK_SLOW_SAMPLES = 2_000  # the audits that call a mechanism once per run (full size ≤ 10⁵)
+
+
+def quick_samples(audit: Audit) -> int:
+    """``audit``'s quick size: :data:`QUICK_SLOW_SAMPLES` when its full size is at most 10⁵
+    (a mechanism called once per run, in Python), else :data:`QUICK_SAMPLES` (vectorized)."""
+    return QUICK_SLOW_SAMPLES if audit.samples <= 100_000 else QUICK_SAMPLES
+
 
 CONSISTENT = "consistent"
 REFUTED = "paper's claim refuted by measurement"

@@ -368,6 +368,13 @@ class Protocol:
     def privacy(self) -> PrivacyReport:
         return NOT_PRIVATE
 
+    def audits(self) -> list:
+        """The privacy audits of this run's mechanism(s) (:class:`privacy.audit.Audit`: its own
+        code on the worst-case neighbours of its privacy unit, with this run's parameters, the
+        accountant's figure of one release and the paper's claim) that ``--audit`` runs after
+        the run (engine/audit.py). None by default: no mechanism to audit."""
+        return []
+
     def main_metric(self) -> MainMetric:
         """The figure this run is judged by: Recall@K (K = ``eval_k``) by default; a rating
         protocol says RMSE."""

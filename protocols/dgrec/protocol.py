@@ -290,6 +290,12 @@ class DGREC(Protocol):
         res = dep.superstep(round_, "eval", activate=["user"])
         return {**out, **mean_reports(res.reports)}
 
+    def audits(self) -> list:
+        """One element of a share, encoded and decoded as members do (protocols/dgrec/audit.py)."""
+        from protocols.dgrec.audit import run_audits
+
+        return run_audits(self.config)
+
     def privacy(self) -> PrivacyReport:
         """The worst user's ε composed over the shares it made (at ``privacy_delta``), beside
         the paper's stated RDP figure for the one-bit encoder; per element ε = β (eq. 5)."""

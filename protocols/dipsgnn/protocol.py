@@ -403,6 +403,13 @@ class DIPSGNNProtocol(Protocol):
             "epsilon2_spent": eps,
         }
 
+    def audits(self) -> list:
+        """Algorithm 3 on this run's features and one release of eq. 7 at this run's σ
+        (protocols/dipsgnn/audit.py)."""
+        from protocols.dipsgnn.audit import run_audits
+
+        return run_audits(self)
+
     def privacy(self) -> PrivacyReport:
         """The worst user's (ε2, δ) so far beside the paper's claim (ε2 per epoch in the paper
         modes, Theorem 4.2's closed form for one release in the aggregate mechanism) and the

@@ -379,6 +379,37 @@ class FedPerGNN(Protocol):
             worst = max(worst, laplace_epsilon_vector(c.clip, lam, n) if lam else math.inf)
         self.round_epsilon.append(worst)
 
+    def audits(self) -> list:
+        """One coordinate of an upload as the server receives it: clipped to [−δ, δ], then
+        Laplace(λ) (``privacy.ldp.perturbed_upload``; the authors' code's calibration uploads
+        it without noise, ``upload_laplace``), beside the thesis's 2δ/λ."""
+        from privacy import audit as pa
+        from privacy.accountant import epsilon_of, laplace_vector_event
+        from protocols.fedpergnn.config import upload_laplace
+
+        c = self.config
+        lam = upload_laplace(c)
+        return [
+            pa.Audit(
+                name=f"Laplace upload, δ = {c.clip:g}, λ = {lam:g}, one coordinate",
+                code_path="privacy.ldp.perturbed_upload",
+                neighbours="gradient coordinate −1000δ vs +1000δ (clipped to ∓δ)",
+                sampler=pa.laplace_upload_sampler(c.clip, lam, 1),
+                rigorous=epsilon_of(laplace_vector_event(c.clip, lam, 1), 1, c.privacy_delta),
+                rigorous_text="accountant: laplace_vector_event(clip, λ, 1)",
+                delta=c.privacy_delta,
+                paper=pa.Claim(
+                    laplace_epsilon_per_coordinate(c.clip, c.laplace_scale),
+                    "epsilon",
+                    "2δ/λ per coordinate (thesis)",
+                ),
+                samples=10_000_000,
+                note="authors' code: the upload is only clipped (the server noises the model)"
+                if c.calibration == "authors_code"
+                else "",
+            )
+        ]
+
     def privacy(self) -> PrivacyReport:
         """The worst user's ε, composed over its uploads as the server receives them, beside the
         thesis's ε = 2δ/λ per coordinate of an upload."""

@@ -387,6 +387,12 @@ class VerFedGNN(Protocol):
             return laplace_vector_event(c.clip, c.laplace_scale, self.n_public)
         return approx_dp_event(0.0, ternary_delta(self._l1_sensitivity(), c.ternary_r).delta)
 
+    def audits(self) -> list:
+        """One coordinate of a party's release (protocols/verfedgnn/audit.py)."""
+        from protocols.verfedgnn.audit import run_audits
+
+        return run_audits(self.config)
+
     def privacy(self) -> PrivacyReport:
         """The rigorous ε at ``privacy_delta`` of the worst party, composed by the one accountant
         over the releases it really made (a party absent from a round releases nothing), beside
