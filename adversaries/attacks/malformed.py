@@ -2,7 +2,7 @@
 
 A compromised participant (a user; a party in VerFedGNN) does all its honest work and, in every
 training superstep, adds hostile messages beside its honest ones. Which it tries is a function of
-(seed, round, phase, node id) only, so placement never changes it:
+(seed, round, node id) only, so placement never changes it:
 
 ==============  =========================================================  ======================
 move            what it sends                                              who stops it
@@ -21,9 +21,10 @@ unordered       PSI / matcher tokens in reverse order                     receiv
 ==============  =========================================================  ======================
 
 It acts in a ``share`` of its rounds (attack parameter, default 1; 0 gives the control run: the
-same participants honest, and not evaluated). A round in which it forges or addresses wrongly it has failed (the host drops everything it sent,
-the honest part too); otherwise everything hostile is dropped and counted under ``rejected`` and
-its honest messages stand. It reports no evaluation figure, so every metric is the honest users'.
+same participants honest, and not evaluated). In a round in which it forges a sender or addresses
+a node it may not, it has failed (the host drops everything it sent, the honest part too);
+otherwise everything hostile is dropped and counted under ``rejected`` and its honest messages
+stand. It reports no evaluation figure, so every metric is the honest users'.
 """
 
 from __future__ import annotations
