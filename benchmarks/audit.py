@@ -401,42 +401,51 @@ def fedlightgcn_one_run(config, canaries: int, rounds: int, seed: int = 0) -> di
     }
 
 
-def one_run_record(label: str, config, canaries: int, rounds: int, seed: int = 0) -> dict:
-    """:func:`fedlightgcn_one_run` as a row of the table (the bound at 95 % and, for the
-    verdict's confirmation, at 1 − 1e-6 on the same run)."""
-    run = fedlightgcn_one_run(config, canaries, rounds, seed)
+def _one_run_row(run: dict, seed: int, **fields) -> dict:
+    """A one-run audit as a row of the table: the bound at 95 % and, for the verdict's
+    confirmation, at 1 − 1e-6 on the same run; ``fields``: the row's name, code path, neighbours,
+    samples and rigorous texts and note."""
     strict = pa.one_run_audit(run["scores"], run["included"], DELTA, alpha=pa.STRICT_ALPHA)
     run.pop("scores"), run.pop("included")  # not JSON: the bound above is what they give
     return {
-        "name": f"{ONE_RUN_NAME}, {label}",
-        "code_path": "privacy.ldp.perturbed_upload + protocols.fedpergnn.messages, "
-        "privacy.audit.one_run_audit",
-        "neighbours": "canary user: real rows all +1000δ (included) or −1000δ",
         "kind": "epsilon",
         "delta": DELTA,
         "epsilon": None,
         "order": None,
         "samples_per_hypothesis": None,
-        "samples_text": f"m = {canaries:,} canaries, 1 run of {rounds} rounds "
-        f"({run['wall_s']:.1f} s)",
         "seed": seed,
         "lower_bound": run["epsilon_lb"],
         "confidence": 1.0 - pa.ALPHA,
         "lower_bound_strict": strict["epsilon_lb"],
         "strict_confidence": 1.0 - pa.STRICT_ALPHA,
         "rigorous": run["rigorous"],
-        "rigorous_text": "accountant: rounds × laplace_vector_event(δ, λ, (16 + M)·d) at 1e-5, "
-        "as the protocol charges an upload",
-        "rigorous_display": f"{run['rigorous']:.3g} (per coordinate: "
-        f"{run['rigorous_per_coordinate']:.3g})",
         "paper": None,
         "verdict": pa.verdict(
             run["epsilon_lb"], strict["epsilon_lb"], run["rigorous"], None, "epsilon"
         ),
-        "note": "the thesis states ε per coordinate of one upload and never composes",
         "one_run": run,
         "wall_s": run["wall_s"],
+        **fields,
     }
+
+
+def one_run_record(label: str, config, canaries: int, rounds: int, seed: int = 0) -> dict:
+    """:func:`fedlightgcn_one_run` as a row of the table."""
+    run = fedlightgcn_one_run(config, canaries, rounds, seed)
+    return _one_run_row(
+        run,
+        seed,
+        name=f"{ONE_RUN_NAME}, {label}",
+        code_path="privacy.ldp.perturbed_upload + protocols.fedpergnn.messages, "
+        "privacy.audit.one_run_audit",
+        neighbours="canary user: real rows all +1000δ (included) or −1000δ",
+        samples_text=f"m = {canaries:,} canaries, 1 run of {rounds} rounds ({run['wall_s']:.1f} s)",
+        rigorous_text="accountant: rounds × laplace_vector_event(δ, λ, (16 + M)·d) at 1e-5, "
+        "as the protocol charges an upload",
+        rigorous_display=f"{run['rigorous']:.3g} (per coordinate: "
+        f"{run['rigorous_per_coordinate']:.3g})",
+        note="the thesis states ε per coordinate of one upload and never composes",
+    )
 
 
 def one_run_configs(quick: bool = False) -> list[tuple[str, object, int, int]]:
@@ -571,38 +580,21 @@ def dipsgnn_one_run(
 
 
 def dipsgnn_one_run_record(label: str, config, canaries: int, epochs: int, seed: int = 0) -> dict:
-    """:func:`dipsgnn_one_run` as a row of the table (95 % and 1 − 1e-6 on the same run)."""
+    """:func:`dipsgnn_one_run` as a row of the table."""
     run = dipsgnn_one_run(config, canaries, epochs, seed)
-    strict = pa.one_run_audit(run["scores"], run["included"], DELTA, alpha=pa.STRICT_ALPHA)
-    run.pop("scores"), run.pop("included")
-    return {
-        "name": f"{DIPSGNN_ONE_RUN_NAME}, {label}",
-        "code_path": "models.dipsgnn_training.train_epoch (DIPSGNN.noisy_aggregate, eq. 7), "
+    return _one_run_row(
+        run,
+        seed,
+        name=f"{DIPSGNN_ONE_RUN_NAME}, {label}",
+        code_path="models.dipsgnn_training.train_epoch (DIPSGNN.noisy_aggregate, eq. 7), "
         "privacy.audit.one_run_audit",
-        "neighbours": "canary transition a → b (weight w_max = 1) in its prefix or not",
-        "kind": "epsilon",
-        "delta": DELTA,
-        "epsilon": None,
-        "order": None,
-        "samples_per_hypothesis": None,
-        "samples_text": f"m = {canaries:,} canaries, 1 run of {epochs} epoch"
+        neighbours="canary transition a → b (weight w_max = 1) in its prefix or not",
+        samples_text=f"m = {canaries:,} canaries, 1 run of {epochs} epoch"
         f"{'s' if epochs > 1 else ''} ({run['wall_s']:.1f} s)",
-        "seed": seed,
-        "lower_bound": run["epsilon_lb"],
-        "confidence": 1.0 - pa.ALPHA,
-        "lower_bound_strict": strict["epsilon_lb"],
-        "strict_confidence": 1.0 - pa.STRICT_ALPHA,
-        "rigorous": run["rigorous"],
-        "rigorous_text": "accountant: epochs × gaussian_event(σ, √2·w_max·C) at 1e-5 (the "
+        rigorous_text="accountant: epochs × gaussian_event(σ, √2·w_max·C) at 1e-5 (the "
         "canary's edge is in one prefix, released once an epoch)",
-        "paper": None,
-        "verdict": pa.verdict(
-            run["epsilon_lb"], strict["epsilon_lb"], run["rigorous"], None, "epsilon"
-        ),
-        "note": "the auditor sees every noisy aggregate of the training (white box)",
-        "one_run": run,
-        "wall_s": run["wall_s"],
-    }
+        note="the auditor sees every noisy aggregate of the training (white box)",
+    )
 
 
 def dipsgnn_one_run_configs(quick: bool = False) -> list[tuple[str, object, int, int]]:

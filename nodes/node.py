@@ -247,6 +247,15 @@ class Node:
                 kept.append(m)
         return kept
 
+    def admit_one(self, inbox: list[Message], kind: str) -> Message | None:
+        """The first ``kind`` message of ``inbox`` that :meth:`admit` lets through, or None (a
+        table a client receives once a round); every other ``kind`` message is dropped and
+        counted like :meth:`admit`'s, a second admitted one as ``budget``."""
+        kept = self.admit([m for m in inbox if m.kind == kind])
+        for m in kept[1:]:
+            self.reject(m, "budget")
+        return kept[0] if kept else None
+
     def report(self, name: str, value: float) -> None:
         """A figure for the run report (e.g. this user's Recall@20); summed exactly by the driver."""
         self._reports[name].append(float(value))

@@ -28,20 +28,14 @@ def dgrec_share_sampler(config, n_coords: int = 1) -> pa.Sampler:
     c = config
     laplace_scale = c.resolved_laplace_scale()
 
-    def sample(n: int, seed: int):
-        out = []
-        for sign, s in zip((-1.0, 1.0), pa._pair_seeds(seed), strict=True):
-            grad = torch.full((n * n_coords,), sign * c.clip, dtype=torch.float32)
-            gen, rng = pa.torch_generator(s), pa.numpy_generator(s)
-            payload = encode_gradient(grad, c, laplace_scale, rng, lambda gen=gen: gen)
-            if c.mechanism == "onebit":
-                y = wire.decode_signs(payload).astype(np.float64)
-            else:
-                y = np.clip(wire.decode_dense(payload).astype(np.float64), -c.clip, c.clip)
-            out.append(y.reshape(n, n_coords).sum(axis=1))
-        return out[0], out[1]
+    def release(grad: torch.Tensor, seed: int) -> np.ndarray:
+        gen, rng = pa.torch_generator(seed), pa.numpy_generator(seed)
+        payload = encode_gradient(grad, c, laplace_scale, rng, lambda gen=gen: gen)
+        if c.mechanism == "onebit":
+            return wire.decode_signs(payload).astype(np.float64)
+        return np.clip(wire.decode_dense(payload).astype(np.float64), -c.clip, c.clip)
 
-    return sample
+    return pa.sign_pair_sampler(c.clip, n_coords, release)
 
 
 def run_audits(config) -> list[pa.Audit]:

@@ -29,7 +29,7 @@ def dipsgnn_aggregate_sampler(sigma: float, clip_norm: float, w_max: float, rele
 
     def sample(n: int, seed: int):
         out = []
-        for w, s in zip((0.0, w_max), pa._pair_seeds(seed), strict=True):
+        for w, s in zip((0.0, w_max), pa.pair_seeds(seed), strict=True):
             gen = pa.torch_generator(s)
             a_out = torch.zeros(n, 2, 2)
             a_out[:, 0, 1] = w

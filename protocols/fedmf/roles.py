@@ -26,15 +26,6 @@ SERVER = node_id("server", 0)
 EVAL_CHUNK = 1024  # users ranked in one pass at evaluation
 
 
-def first_of_round(node: Node, inbox, kind: str):
-    """The first ``kind`` message of ``inbox`` sent in this round, or None; any other is dropped
-    and counted (``Node.admit``; a second one from another sender too: ``budget``)."""
-    kept = node.admit([m for m in inbox if m.kind == kind])
-    for m in kept[1:]:
-        node.reject(m, "budget")
-    return kept[0] if kept else None
-
-
 class FedMFServer(Node):
     role = "server"
     ACCEPTS = {msg.ITEM_GRADS: Accept(("user",), ("aggregate",), msg.check_item_grads)}
@@ -99,7 +90,7 @@ class FedMFUser(Node):
         for n, inbox in zip(nodes, inboxes):
             expect_kinds(inbox, kind, node=n.id)
         # each user's one Q of this round from the server; a user left without one sits it out
-        firsts = [first_of_round(n, inbox, kind) for n, inbox in zip(nodes, inboxes)]
+        firsts = [n.admit_one(inbox, kind) for n, inbox in zip(nodes, inboxes)]
         nodes, inboxes = (
             [n for n, m in zip(nodes, firsts) if m is not None],
             [[m] for m in firsts if m is not None],

@@ -25,27 +25,21 @@ def verfedgnn_release_sampler(config, n_coords: int = 1) -> pa.Sampler:
 
     c = config
 
-    def sample(n: int, seed: int):
-        out = []
-        for sign, s in zip((-1.0, 1.0), pa._pair_seeds(seed), strict=True):
-            gen = pa.torch_generator(s)
-            party = SimpleNamespace(
-                config=c,
-                tamper_gradient=lambda g: g,
-                release_bound=lambda: c.clip,
-                noise_generator=lambda gen=gen: gen,
-                noise_rng=pa.numpy_generator(s),
-            )
-            grad = torch.full((n * n_coords,), sign * c.clip, dtype=torch.float32)
-            payload = VerFedGNNParty._release(party, grad)
-            if c.mechanism == "ternary":
-                y = np.sign(wire.decode_ternary(payload, length=n * n_coords)).astype(np.float64)
-            else:
-                y = np.clip(wire.decode_dense(payload).astype(np.float64), -c.clip, c.clip)
-            out.append(y.reshape(n, n_coords).sum(axis=1))
-        return out[0], out[1]
+    def release(grad: torch.Tensor, seed: int) -> np.ndarray:
+        gen = pa.torch_generator(seed)
+        party = SimpleNamespace(
+            config=c,
+            tamper_gradient=lambda g: g,
+            release_bound=lambda: c.clip,
+            noise_generator=lambda gen=gen: gen,
+            noise_rng=pa.numpy_generator(seed),
+        )
+        payload = VerFedGNNParty._release(party, grad)
+        if c.mechanism == "ternary":
+            return np.sign(wire.decode_ternary(payload, length=grad.numel())).astype(np.float64)
+        return np.clip(wire.decode_dense(payload).astype(np.float64), -c.clip, c.clip)
 
-    return sample
+    return pa.sign_pair_sampler(c.clip, n_coords, release)
 
 
 def run_audits(config) -> list[pa.Audit]:

@@ -38,15 +38,6 @@ EVAL_CHUNK = 256  # clients ranked in one pass at evaluation
 SAMPLED_K = 10  # the paper's HR@10 / NDCG@10
 
 
-def first_of_round(node: Node, inbox, kind: str):
-    """The first ``kind`` message of ``inbox`` sent in this round, or None; any other is dropped
-    and counted (``Node.admit``; a second one from another sender too: ``budget``)."""
-    kept = node.admit([m for m in inbox if m.kind == kind])
-    for m in kept[1:]:
-        node.reject(m, "budget")
-    return kept[0] if kept else None
-
-
 class PFedRecServer(Node):
     role = "server"
     ACCEPTS = {msg.ITEM_UPLOAD: Accept(("user",), ("aggregate",), msg.check_table)}
@@ -139,7 +130,7 @@ class PFedRecUser(Node):
             kind = msg.ITEM_TABLE if phase == "train" else msg.EVAL_ITEM_TABLE
             for n, inbox in zip(nodes, inboxes):
                 expect_kinds(inbox, kind, node=n.id)
-            firsts = [first_of_round(n, inbox, kind) for n, inbox in zip(nodes, inboxes)]
+            firsts = [n.admit_one(inbox, kind) for n, inbox in zip(nodes, inboxes)]
             nodes = [n for n, m in zip(nodes, firsts) if m is not None]
             inboxes = [[m] for m in firsts if m is not None]
             if not nodes:
