@@ -230,6 +230,17 @@ def _add_condition_arguments(p: argparse.ArgumentParser) -> None:
         help="fault injection: SIGKILL host HOST at the start of round ROUND (repeatable)",
     )
     c.add_argument(
+        "--secure-aggregation",
+        dest="secure_aggregation",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="SecAgg+ where a server sums user uploads (fedmf, fedpergnn, fedlightgcn, plugins "
+        "that declare it): each upload is densified over the whole item table, masked and "
+        "summed, so the server learns only the sum of the round's survivors; parameters in a "
+        "[secure_aggregation] TOML table (neighbours, threshold, bound, min_users, "
+        "stage_dropout; see nodes/secure_sum.py)",
+    )
+    c.add_argument(
         "--secure-rng",
         dest="secure_rng",
         action=argparse.BooleanOptionalAction,
@@ -712,13 +723,17 @@ def _read_config(parser, args, *, compare: bool) -> tuple[dict, dict, dict, dict
     conditions = doc.pop("conditions", {})
     args.adversaries_table = doc.pop("adversaries", {})  # read by _adversaries
     compare_table = doc.pop("compare", {})
+    secure = doc.pop("secure_aggregation", None)
+    if secure is not None:  # [secure_aggregation]: SecAgg+ with these parameters
+        conditions["secure_aggregation"] = secure
     params = doc.pop("protocol", {})
     params.update({k: v for k, v in doc.items() if not isinstance(v, dict)})
     unknown_tables = [k for k, v in doc.items() if isinstance(v, dict)]
     if unknown_tables:
         parser.error(
             f"--config {args.config}: unknown table(s) {unknown_tables} "
-            "(known: [protocol], [dataset], [conditions], [adversaries], [compare])"
+            "(known: [protocol], [dataset], [conditions], [secure_aggregation], [adversaries], "
+            "[compare])"
         )
     if compare and params:
         parser.error(
@@ -742,6 +757,11 @@ def _condition_flags(parser, args, conditions: dict) -> None:
         value = getattr(args, name)
         if value is not None:
             conditions[name] = value
+    secure = getattr(args, "secure_aggregation", None)
+    if secure is False:
+        conditions.pop("secure_aggregation", None)
+    elif secure and not isinstance(conditions.get("secure_aggregation"), dict):
+        conditions["secure_aggregation"] = {}
     if args.kill_hosts is not None:
         try:
             conditions["kill_hosts"] = [

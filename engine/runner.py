@@ -114,6 +114,7 @@ def prepare(settings: RunSettings, dataset: RecDataset) -> Plan:
         raise UnsuitableDataError(str(e)) from e
     protocol.set_adversaries(settings.adversaries)  # AdversaryError: no such role, bad targets
     protocol.check_rounds(settings.rounds)  # ConfigError: more rounds than the config allows
+    protocol.check_secure_aggregation(settings.conditions.secure_aggregation)
     specs = protocol.node_specs()
     return Plan(protocol, config, specs, check_plan(settings, specs))
 

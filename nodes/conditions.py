@@ -47,6 +47,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cluster.message import role_of
 
@@ -120,6 +121,9 @@ class Conditions:
     # generator keyed from the operating system on every node (as Opacus's secure mode): the
     # noise cannot be rebuilt from the published seed, and runs are no longer reproducible
     secure_rng: bool = False
+    # SecAgg+ where a server sums user uploads (privacy/secagg.py SecureAggregation; a dict from
+    # TOML is made one); None: uploads in the clear, as each protocol's paper has them
+    secure_aggregation: Any = None
     online_rounds: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
@@ -141,6 +145,14 @@ class Conditions:
             raise ConditionsError(f"snapshot_every: must be >= 0, got {self.snapshot_every}")
         if not isinstance(self.secure_rng, bool):
             raise ConditionsError(f"secure_rng: must be true or false, got {self.secure_rng!r}")
+        if isinstance(self.secure_aggregation, dict):
+            from privacy.secagg import SecureAggregation
+
+            try:
+                sa = SecureAggregation.from_dict(self.secure_aggregation)
+            except (ValueError, TypeError) as e:
+                raise ConditionsError(str(e)) from None
+            object.__setattr__(self, "secure_aggregation", sa)
         object.__setattr__(self, "dropout_roles", tuple(self.dropout_roles))
         object.__setattr__(self, "kill_hosts", tuple(tuple(map(int, k)) for k in self.kill_hosts))
         if self.trace and not self.online_rounds:

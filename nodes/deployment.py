@@ -541,6 +541,10 @@ def training_figures(train: StepResult, aggregate: StepResult | None = None) -> 
     }
     if aggregate is not None:
         out["skipped"] = len(aggregate.reports.get("skipped", []))
+        r = aggregate.reports
+        if "secagg_users" in r or "secagg_failed" in r:  # with --secure-aggregation
+            out["secagg_users"] = sum(r.get("secagg_users", []))
+            out["secagg_failed"] = len(r.get("secagg_failed", []))
     return out
 
 

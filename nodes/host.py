@@ -399,7 +399,7 @@ class Host:
                 dropped.add(m.dst)
                 undelivered += 1
                 continue
-            bad = screen(type(node).ACCEPTS, m, phase, shared, checked)
+            bad = screen(type(node).accepts(), m, phase, shared, checked)
             if bad is not None:  # untrusted input that fails its check never reaches a handler
                 rejected[(m.kind, bad.reason)] += 1
                 continue
@@ -535,7 +535,7 @@ class Host:
             if not batched:
                 return self._one_by_one(cls, nids, nodes, inboxes, round_, phase, True, not logged)
         try:
-            cls.handle_batch(nodes, phase, inboxes)
+            cls.run_phase(nodes, phase, inboxes)
             self._sent(nodes, round_, phase)
             return nids, [], None
         except Exception as e:
@@ -563,7 +563,7 @@ class Host:
             node.round, node.phase = round_, phase
             self.nodes[nid] = node
             try:
-                cls.handle_batch([node], phase, [box])
+                cls.run_phase([node], phase, [box])
                 self._sent([node], round_, phase)
             except Exception as e:
                 node._drain()
@@ -638,7 +638,7 @@ class Host:
             batch = [start[step_nids[i]] for i in sel]
             for n in batch:
                 n.phase = phase
-            cls.handle_batch(batch, phase, [boxes[i] for i in sel])
+            cls.run_phase(batch, phase, [boxes[i] for i in sel])
             for n in batch:
                 n._drain()
         return [start[nid] for nid in nids]

@@ -82,6 +82,11 @@ class Node:
     # (an aggregating server that sums what arrives): the host then delivers payloads as read-only
     # views of the batch it received, not copies (cluster.message.decode_batch's in_place).
     READS_IN_PLACE: ClassVar[bool] = False
+    # What this role's server sums (nodes/secure_sum.py SecureSum), declared on the server's and
+    # the users' classes of a protocol that supports --secure-aggregation; None: nothing.
+    SECURE_SUM: ClassVar[Any] = None
+    # a server that keeps each user's masked input (what a curious server holds) for an attack
+    keep_masked_views: ClassVar[bool] = False
     # the secure noise generator of --secure-rng, made at first use (see noise_rng); a class
     # default so that a node pickled before it existed has one too
     _noise_rng: np.random.Generator | None = None
@@ -97,6 +102,8 @@ class Node:
     def batches(cls, phase: str) -> bool:
         """Whether ``handle_batch`` runs ``phase`` as one pass over its nodes (see
         ``BATCHED_PHASES``); otherwise the host may run the nodes one at a time."""
+        if phase.startswith("secagg_"):  # per-node crypto (nodes/secure_sum.py)
+            return False
         declared = cls.batched_phases()
         return declared is None or phase.split("/", 1)[0] in declared
 
@@ -216,7 +223,32 @@ class Node:
         return int(self.rng.integers(0, 2**63 - 1))
 
     def send(self, kind: str, dst: str, payload: bytes) -> None:
+        """Queue ``payload`` for ``dst``. With secure aggregation, an upload of a kind the server
+        sums is not sent but held for this round's masked input (nodes/secure_sum.py)."""
+        spec = type(self).SECURE_SUM
+        if (
+            spec is not None
+            and dst == spec.server
+            and kind in spec.kinds
+            and getattr(self.ctx.conditions, "secure_aggregation", None) is not None
+        ):
+            from nodes import secure_sum
+
+            secure_sum.hold(self, spec, kind, payload)
+            return
         self._outbox.append(Message(kind, self.id, dst, self.round, self.phase, payload))
+
+    @property
+    def secure_aggregation(self) -> bool:
+        """Whether this run sums the uploads of ``SECURE_SUM`` securely (``--secure-aggregation``)."""
+        spec = type(self).SECURE_SUM
+        cond = getattr(self.ctx.conditions, "secure_aggregation", None)
+        return spec is not None and cond is not None
+
+    def secure_sum_peers(self) -> Container[int] | None:
+        """The user indices whose uploads may count this round (the server's sampled users);
+        None: any user. A summing server overrides it."""
+        return None
 
     def reject(self, m: Message, reason: str) -> None:
         """Drop ``m``, which fails a check only this node can make (its sender is not a neighbour
@@ -270,6 +302,36 @@ class Node:
             node.handle(phase, inbox)
 
     # --- used by the host ------------------------------------------------------------------------
+    @classmethod
+    def run_phase(cls, nodes: list[Node], phase: str, inboxes: list[list[Message]]) -> None:
+        """What the host calls: the secure-aggregation stages (nodes/secure_sum.py) where the
+        class declares ``SECURE_SUM``, else :meth:`handle_batch`."""
+        spec = cls.SECURE_SUM
+        if spec is not None and phase.startswith("secagg_"):
+            from nodes import secure_sum
+
+            for node, inbox in zip(nodes, inboxes, strict=True):
+                if node.id == spec.server:
+                    secure_sum.server_stage(node, spec, phase, inbox, node.secure_sum_peers())
+                else:
+                    secure_sum.user_stage(node, spec, phase, inbox)
+            return
+        cls.handle_batch(nodes, phase, inboxes)
+
+    @classmethod
+    def accepts(cls) -> dict | None:
+        """``ACCEPTS``, with the secure-aggregation kinds where the class declares
+        ``SECURE_SUM`` (made once per class)."""
+        if cls.SECURE_SUM is None or cls.ACCEPTS is None:
+            return cls.ACCEPTS
+        merged = cls.__dict__.get("_accepts_merged")
+        if merged is None:
+            from nodes import secure_sum
+
+            merged = {**cls.ACCEPTS, **secure_sum.accepts(cls.SECURE_SUM, cls.role)}
+            cls._accepts_merged = merged
+        return merged
+
     def _drain(self) -> tuple[list[Message], dict[str, list[float]]]:
         """What the handler sent and reported (its rejections are let go too: the host reads
         ``_rejected`` first where they stand)."""

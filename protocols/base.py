@@ -353,6 +353,28 @@ class Protocol:
             )
         self.adversary_plan = plan_adversaries(self, condition, self.adversary_users())
 
+    # What the protocol's server sums of its users' uploads (nodes.secure_sum.SecureSum, the same
+    # object its server and user classes declare); None: it cannot run --secure-aggregation
+    SECURE_SUM: ClassVar[Any] = None
+
+    def check_secure_aggregation(self, setting) -> None:
+        """Refuse (ConfigError) the run condition ``secure_aggregation`` where the protocol has no
+        server that sums its users' uploads, or where the run's defence needs each upload."""
+        if setting is None:
+            return
+        if self.SECURE_SUM is None:
+            raise ConfigError(
+                f"--secure-aggregation: {self.name} has no server that sums user uploads "
+                "(it runs with fedmf, fedpergnn, fedlightgcn and protocols that declare SECURE_SUM)"
+            )
+        plan = getattr(self, "adversary_plan", None)
+        defence = plan.threat.defence if plan is not None and plan.threat is not None else ""
+        if defence:
+            raise ConfigError(
+                f"--secure-aggregation: the defence {defence!r} needs each upload, and the server "
+                "sees only their sum (leave --defence out)"
+            )
+
     def shared(self) -> Shared:
         """What every host receives: the typed Config and the protocol's record of public values
         (a frozen dataclass in the protocol's config.py); nodes read ``self.config`` and

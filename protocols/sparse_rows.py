@@ -49,6 +49,13 @@ def step_on_mean(
             total[ids] += rows  # the same sums as np.add.at, several times faster
         else:
             np.add.at(total, ids, rows)
-    table.grad = torch.from_numpy((total / len(uploads)).astype(np.float32))
+    step_on_sum(table, optimizer, total, len(uploads))
+
+
+def step_on_sum(
+    table: torch.nn.Parameter, optimizer: torch.optim.Optimizer, total: np.ndarray, n: int
+) -> None:
+    """One optimizer step on ``table`` with the mean ``total / n`` of n uploads (float64 sum)."""
+    table.grad = torch.from_numpy((total / n).astype(np.float32))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)

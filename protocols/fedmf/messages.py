@@ -32,6 +32,19 @@ def decode_item_grads(payload: bytes, n_items: int) -> tuple[np.ndarray, np.ndar
     return decode_rows(payload, n_items)
 
 
+def item_table_length(shared) -> int:
+    """Coordinates of an upload densified over the item table (secure aggregation)."""
+    return shared.public.n_items * shared.config.dim
+
+
+def densify_item_grads(payload: bytes, shared) -> np.ndarray:
+    """An upload's rows over the whole item table [n_items · dim], zero elsewhere."""
+    ids, rows = decode_item_grads(payload, shared.public.n_items)
+    out = np.zeros((shared.public.n_items, shared.config.dim), dtype=np.float64)
+    np.add.at(out, ids, rows)
+    return out.reshape(-1)
+
+
 # --- what a receiver accepts (cluster/validate.py) ----------------------------------------------
 def check_item_factors(payload: bytes, shared) -> None:
     """Q: finite fp32 [n_items, dim]."""

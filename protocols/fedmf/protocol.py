@@ -29,11 +29,12 @@ import numpy as np
 
 from cluster.message import node_id
 from data.types import RecDataset
+from nodes import secure_sum
 from nodes.deployment import Deployment, NodeSpec, mean_reports, training_figures
 from nodes.node import Shared
 from protocols.base import Protocol
 from protocols.fedmf.config import FedMFConfig, FedMFPublic
-from protocols.fedmf.roles import SERVER, FedMFServer, FedMFUser
+from protocols.fedmf.roles import SECURE_SUM, SERVER, FedMFServer, FedMFUser
 
 
 class FedMF(Protocol):
@@ -42,6 +43,7 @@ class FedMF(Protocol):
     QUICK = {"rounds": 30, "dim": 32, "eval_every": 5}
     ATTACK_FAMILY = "fedmf"  # adversaries/attacks/fedmf.py
     BASELINE_SHARES = {"dim": "dim"}
+    SECURE_SUM = SECURE_SUM  # what the server sums with --secure-aggregation (roles.py)
 
     @classmethod
     def central_baseline(cls, params) -> str:
@@ -84,6 +86,7 @@ class FedMF(Protocol):
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:
         dep.superstep(round_, "download", activate=[SERVER])  # step 1: Q to the sampled users
         res = dep.superstep(round_, "train")  # step 2: local BPR step, item gradients up
+        secure_sum.run_stages(dep, round_)  # with --secure-aggregation: masked, only the sum
         # step 3: mean of the uploads, Adam on Q; the server runs even when no upload arrived
         # in time, and reports the round skipped
         agg = dep.superstep(round_, "aggregate", activate=[SERVER])

@@ -17,18 +17,29 @@ from adversaries.defences import defended_step
 from cluster.message import node_id
 from cluster.validate import Accept
 from models.bpr import bpr_grads, sample_pairs
+from nodes import secure_sum
 from nodes.node import Node, NodeContext, decode_shared, expect_kinds
 from protocols.base import sample_participants
 from protocols.evaluation import evaluate_users
 from protocols.fedmf import messages as msg
+from protocols.sparse_rows import step_on_sum
 
 SERVER = node_id("server", 0)
 EVAL_CHUNK = 1024  # users ranked in one pass at evaluation
+# What the server sums with --secure-aggregation: each upload's rows over the whole item table.
+# BPR item gradients have no natural bound; |∂/∂q_i| ≤ |p_u| + α|q_i|, which stays below 1 per
+# coordinate here (a clipped coordinate is reported as secagg_clipped).
+SECURE_SUM = secure_sum.SecureSum(
+    SERVER,
+    (secure_sum.Summand(msg.ITEM_GRADS, msg.item_table_length, msg.densify_item_grads),),
+    bound=lambda config: 1.0,
+)
 
 
 class FedMFServer(Node):
     role = "server"
     ACCEPTS = {msg.ITEM_GRADS: Accept(("user",), ("aggregate",), msg.check_item_grads)}
+    SECURE_SUM = SECURE_SUM
     sampled = np.zeros(0, dtype=np.int64)  # the users sent Q this round (their uploads count)
 
     def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray):
@@ -50,6 +61,13 @@ class FedMFServer(Node):
             kind = msg.ITEM_FACTORS if phase == "download" else msg.EVAL_ITEM_FACTORS
             for u in users:
                 self.send(kind, node_id("user", int(u)), payload)
+        elif phase == "aggregate" and self.secure_aggregation:  # step 3 on the sum alone
+            total = secure_sum.server_sum(self, SECURE_SUM, inbox)
+            if total is None or total.n < max(1, self.min_participants):
+                self.report("skipped", 1.0)
+                return
+            grads = total.parts[msg.ITEM_GRADS].reshape(tuple(self.item_factors.shape))
+            step_on_sum(self.item_factors, self.optimizer, grads, total.n)
         elif phase == "aggregate":  # step 3
             expect_kinds(inbox, msg.ITEM_GRADS, node=self.id)
             inbox = self.admit(inbox, set(self.sampled.tolist()))  # this round's sampled users
@@ -63,12 +81,16 @@ class FedMFServer(Node):
         else:
             super().handle(phase, inbox)
 
+    def secure_sum_peers(self) -> set[int]:
+        return set(self.sampled.tolist())  # this round's sampled users
+
     def get_item_factors(self) -> np.ndarray:
         return self.item_factors.detach().numpy().copy()
 
 
 class FedMFUser(Node):
     role = "user"
+    SECURE_SUM = SECURE_SUM
     ACCEPTS = {
         msg.ITEM_FACTORS: Accept(("server",), ("train",), msg.check_item_factors),
         msg.EVAL_ITEM_FACTORS: Accept(("server",), ("eval",), msg.check_item_factors),

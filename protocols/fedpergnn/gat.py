@@ -82,6 +82,9 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         n.send("item_grads", server, msg.encode_item_grads(ids, noisy))
         w_noisy = clip_and_laplace(weights.grad.detach(), c.clip, upload_laplace(c), g)
         n.send("gat_grads", server, wire.encode_dense(w_noisy))
+        n.last_upload_ids = ids  # for measuring attacks (never sent apart from the upload)
+        if n.secure_aggregation:  # the server cannot count the rows: the user tells the driver
+            n.report(f"upload_coords/{n.id}", noisy.numel() + w_noisy.numel())
         n.report("loss", loss.item())
 
 

@@ -109,6 +109,9 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         )
         ids, noisy = n.tamper_upload(ids, noisy, e_list[b])  # an adversary's change, if any
         n.send("item_grads", server, msg.encode_item_grads(ids, noisy))
+        n.last_upload_ids = ids  # for measuring attacks (never sent apart from the upload)
+        if n.secure_aggregation:  # the server cannot count the rows: the user tells the driver
+            n.report(f"upload_coords/{n.id}", noisy.numel())
         n.embedding = new_users[b].clone()
         n.report("loss", loss)
 

@@ -128,6 +128,35 @@ def gat_size(shared) -> int:
     return v.per_shared(shared, "fedpergnn.gat", count)
 
 
+# --- secure aggregation: an upload densified over the summed vector (nodes/secure_sum.py) -------
+def item_table_length(shared) -> int:
+    return shared.public.n_items * shared.config.dim
+
+
+def densify_item_grads(payload: bytes, shared) -> np.ndarray:
+    """The upload's rows over the whole item table [n_items · dim], zero elsewhere."""
+    ids, rows = decode_item_grads(payload, shared.public.n_items)
+    out = np.zeros((shared.public.n_items, shared.config.dim), dtype=np.float64)
+    out[ids] = rows  # distinct ids (the codec's order)
+    return out.reshape(-1)
+
+
+def gat_length(shared) -> int:
+    return gat_size(shared) if shared.config.backbone == "gat" else 0
+
+
+def densify_gat_grads(payload: bytes, shared) -> np.ndarray:
+    return wire.decode_dense(payload).astype(np.float64).reshape(-1)
+
+
+def secure_bound(config) -> float:
+    """What an honest upload's coordinate stays within: the clip δ, plus 20 Laplace scales where
+    the user adds noise (a coordinate beyond that has probability e^−20)."""
+    from protocols.fedpergnn.config import upload_laplace
+
+    return config.clip + 20.0 * upload_laplace(config)
+
+
 def _upload_cap(shared) -> float | None:
     """Uploads are clipped to [−δ, δ]; with Laplace noise on them (the thesis' calibration) they
     have no bound, and magnitudes are left to a robust aggregation."""

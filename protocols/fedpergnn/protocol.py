@@ -67,6 +67,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from cluster.message import index_of, node_id
 from data.types import Interactions, RecDataset
+from nodes import secure_sum
 from nodes.deployment import Deployment, NodeSpec, mean_reports, training_figures
 from nodes.node import Shared
 from privacy import oprf
@@ -90,7 +91,15 @@ from protocols.base import (
 )
 from protocols.fedpergnn import gat
 from protocols.fedpergnn.config import FedPerGNNConfig, FedPerGNNPublic, upload_laplace
-from protocols.fedpergnn.roles import MATCHER, SERVER, KeyServer, Matcher, Server, User
+from protocols.fedpergnn.roles import (
+    MATCHER,
+    SECURE_SUM,
+    SERVER,
+    KeyServer,
+    Matcher,
+    Server,
+    User,
+)
 
 REJOIN_STEPS = 7  # supersteps of the longest catch-up chain (see FedPerGNN.rejoin)
 
@@ -126,6 +135,7 @@ class FedPerGNN(Protocol):
     Config = FedPerGNNConfig
     BASELINE_SHARES = {"dim": "dim", "layers": "layers"}
     ATTACK_FAMILY = "fedpergnn"  # adversaries/attacks/fedpergnn.py
+    SECURE_SUM = SECURE_SUM  # what the server sums with --secure-aggregation (roles.py)
     # the FedLightGCN thesis on gowalla (benchmarks/RESULTS.md, "Gowalla, published LightGCN
     # split", column "thesis")
     PAPER = PaperFigure(
@@ -291,11 +301,14 @@ class FedPerGNN(Protocol):
             res = dep.superstep(round_, "train", activate=["user"])
         else:
             res = dep.superstep(round_, "train")  # local step; clip + Laplace uploads
+        # with --secure-aggregation the uploads are masked and the server learns only their sum
+        # (nodes/secure_sum.py); the users then report their upload sizes to the accountant
+        secure_sum.run_stages(dep, round_)
         # mean of the uploads, Adam step on E (and θ); the server runs even when no upload
         # arrived in time, and reports the round skipped
         agg = dep.superstep(round_, "aggregate", activate=[SERVER])
         self._note_absences(dep)
-        self._account(agg.reports)
+        self._account({**res.reports, **agg.reports})
         if self.config.attack_gradient_inference:
             self._gradient_inference(dep)
         return training_figures(res, agg)
@@ -341,6 +354,9 @@ class FedPerGNN(Protocol):
         else:  # BPR: positives and negatives pull opposite ways
             attack = infer_positive_items
         for src, ids, grads in dep.call(SERVER, "take_attack_views"):
+            if src == "secagg":  # (tag, each user's masked input, the mean): see _secagg_inference
+                self._secagg_inference(dep, attack, ids, grads)
+                continue
             truth = np.isin(ids, self.train_items[index_of(src)])
             pseudo = np.isin(ids, dep.call(src, "get_last_pseudo_items"))
             for tag, keep in (
@@ -361,7 +377,28 @@ class FedPerGNN(Protocol):
             self.attack[name] = math.fsum(values) / len(values)
         self.attack["gradient_inference_uploads"] = len(
             self._attack_sums.get("gradient_inference_with_pseudo_f1", [])
+            or self._attack_sums.get("gradient_inference_secagg_masked_f1", [])
         )
+
+    def _secagg_inference(self, dep: Deployment, attack, masked: dict, mean: np.ndarray) -> None:
+        """The same attack under secure aggregation, on what the server holds: each user's
+        masked input (read as its item rows) and the round's mean. The attacker is even told
+        which rows the user uploaded (an oracle it does not have), so the F1 compares with the
+        clear-text figures; ``f1_all_rows`` is the guess on those rows."""
+        for src, rows in masked.items():
+            ids = dep.call(src, "get_last_upload_ids")
+            truth = np.isin(ids, self.train_items[index_of(src)])
+            chance = precision_recall_f1(np.ones(len(ids), bool), truth)[2]
+            for tag, view in (("masked", rows[ids]), ("sum", mean[ids])):
+                p, r, f = precision_recall_f1(attack(ids, view).numpy(), truth)
+                for name, v in (
+                    ("precision", p),
+                    ("recall", r),
+                    ("f1", f),
+                    ("f1_all_rows", chance),
+                ):
+                    key = f"gradient_inference_secagg_{tag}_{name}"
+                    self._attack_sums.setdefault(key, []).append(v)
 
     # --- privacy --------------------------------------------------------------------------------
     def _account(self, reports: dict[str, list[float]]) -> None:

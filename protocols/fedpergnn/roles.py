@@ -63,6 +63,7 @@ from cluster.message import index_of, node_id
 from cluster.validate import Accept, empty_blob
 from models.fedpergnn_gat import LocalGAT
 from models.lightgcn import xavier_rows
+from nodes import secure_sum
 from nodes.node import Node, NodeContext, expect_kinds
 from privacy import oprf
 from privacy.key_server import BlindSigner, OprfClient, key_from_der, new_key
@@ -71,10 +72,21 @@ from protocols.base import sample_participants
 from protocols.fedpergnn import gat, lightgcn
 from protocols.fedpergnn import messages as msg
 from protocols.fedpergnn.config import model_laplace
+from protocols.sparse_rows import step_on_sum
 
 SERVER = node_id("server", 0)
 KEY_SERVER = node_id("key_server", 0)
 MATCHER = node_id("matcher", 0)
+# What the server sums with --secure-aggregation: the item rows over the whole table, and θ's
+# gradients with the gat backbone (a zero-length part with lightgcn)
+SECURE_SUM = secure_sum.SecureSum(
+    SERVER,
+    (
+        secure_sum.Summand("item_grads", msg.item_table_length, msg.densify_item_grads),
+        secure_sum.Summand("gat_grads", msg.gat_length, msg.densify_gat_grads),
+    ),
+    bound=msg.secure_bound,
+)
 
 
 def key_server_of(user: int, replicas: int) -> str:
@@ -213,6 +225,7 @@ class Server(Node):
         "item_grads": Accept(("user",), ("aggregate",), msg.check_item_grads),
         "gat_grads": Accept(("user",), ("aggregate",), msg.check_gat_grads),
     }
+    SECURE_SUM = SECURE_SUM
 
     def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray):
         super().__init__(nid, ctx)
@@ -244,6 +257,8 @@ class Server(Node):
             for u in users:
                 for kind, payload in payloads.items():
                     self.send(kind, node_id("user", int(u)), payload)
+        elif phase == "aggregate" and self.secure_aggregation:
+            self._aggregate_sum(secure_sum.server_sum(self, SECURE_SUM, inbox))
         elif phase == "aggregate":
             expect_kinds(inbox, "item_grads", "gat_grads", node=self.id)
             uploads, model_uploads, coords = [], [], {}
@@ -270,15 +285,45 @@ class Server(Node):
             defended_step(self.item_emb, self.optimizer, uploads, self.threat)
             if self.gat_weights is not None:
                 gat.step_on_mean_dense(self.gat_weights, self.gat_optimizer, model_uploads)
-            scale = model_laplace(self.config, len(uploads))
-            if scale:  # the authors' code: noise on every weight of the updated model
-                g = self.noise_generator()
-                with torch.no_grad():
-                    for w in (self.item_emb, self.gat_weights):
-                        if w is not None:
-                            w.add_(laplace_noise(w.shape, scale, g).to(w.dtype))
+            self._model_noise(len(uploads))
         else:
             super().handle(phase, inbox)
+
+    def _model_noise(self, uploads: int) -> None:
+        scale = model_laplace(self.config, uploads)
+        if scale:  # the authors' code: noise on every weight of the updated model
+            g = self.noise_generator()
+            with torch.no_grad():
+                for w in (self.item_emb, self.gat_weights):
+                    if w is not None:
+                        w.add_(laplace_noise(w.shape, scale, g).to(w.dtype))
+
+    def _aggregate_sum(self, total) -> None:
+        """Step 3 with secure aggregation: the mean from the sum of the survivors' uploads alone
+        (no defence: the run refuses one). The curious server keeps what it holds: each user's
+        masked input and the sum."""
+        if total is None or total.n < max(1, self.min_participants):
+            self.report("skipped", 1.0)
+            return
+        shape = tuple(self.item_emb.shape)
+        mean = total.parts["item_grads"].reshape(shape) / total.n
+        if self.config.attack_gradient_inference:
+            fp_views = {src: _decode_view(y, total, shape) for src, y in total.views.items()}
+            self.attack_views.append(("secagg", fp_views, mean))
+        step_on_sum(
+            self.item_emb, self.optimizer, total.parts["item_grads"].reshape(shape), total.n
+        )
+        if self.gat_weights is not None:
+            step_on_sum(self.gat_weights, self.gat_optimizer, total.parts["gat_grads"], total.n)
+        self._model_noise(total.n)
+
+    @property
+    def keep_masked_views(self) -> bool:
+        return bool(self.config.attack_gradient_inference)
+
+    def secure_sum_peers(self):
+        round_, sampled = self.sampled
+        return sampled if round_ == self.round else frozenset()
 
     def _uploads_of_sampled(self, inbox) -> list:
         """The uploads that may count: from users sampled at this round's download (another
@@ -296,10 +341,17 @@ class Server(Node):
         return views
 
 
+def _decode_view(y: np.ndarray, total, shape) -> np.ndarray:
+    """A masked input read as if it were an upload: its item rows in the sum's fixed point."""
+    rows = y[: shape[0] * shape[1]].view(np.int32).astype(np.float64) * total.resolution
+    return rows.reshape(shape)
+
+
 class User(Node):
     """Keeps I_u, e_u, its item tokens and its local graph; nothing of these leaves in the clear."""
 
     role = "user"
+    SECURE_SUM = SECURE_SUM
     # phases: a user that was away catches up on any of these in "rejoin" (module docstring)
     ACCEPTS = {
         "oprf_public_key": Accept(("key_server",), None, msg.check_public_key),
@@ -486,6 +538,10 @@ class User(Node):
             "public_key": self.oprf.public is not None,
             "graph_epoch": self.graph_epoch,
         }
+
+    def get_last_upload_ids(self) -> np.ndarray:
+        """The item ids of this user's last upload (for measuring attacks)."""
+        return np.asarray(getattr(self, "last_upload_ids", np.zeros(0, np.int64))).copy()
 
     def get_last_pseudo_items(self) -> np.ndarray:
         """The pseudo items of this user's last upload (for measuring attacks, never sent)."""
