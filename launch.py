@@ -14,8 +14,9 @@ A ``--config`` TOML file sets protocol parameters at its top level (or under ``[
 dataset options under ``[dataset]`` (split, min_user_interactions, min_item_interactions, implicit,
 test_fraction, and the synthetic generator's n_users, n_items, ...) and run conditions under
 ``[conditions]`` (dropout, trace, min_participants, deadline, user_speed, speed_spread, user_link,
-snapshot_every, kill_hosts, secure_rng; see nodes/conditions.py); a ``[compare]`` table is read by
-``compare`` only. The condition flags override the table:
+snapshot_every, kill_hosts, secure_rng; see nodes/conditions.py), SecAgg+ parameters under
+``[secure_aggregation]`` (neighbours, threshold, bound, min_users, stage_dropout: the table turns
+it on; see nodes/secure_sum.py); a ``[compare]`` table is read by ``compare`` only. The condition flags override the table:
     python launch.py --protocol fedlightgcn --dropout 0.3 --deadline 20 --user-link mobile
     python launch.py --rounds 400 --hosts 2 --kill-host 5:0      # SIGKILL host 0 at round 5
 

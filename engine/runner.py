@@ -409,6 +409,15 @@ def noise_rng_name(settings: RunSettings) -> str:
     return describe(settings.conditions.secure_rng)
 
 
+def secure_aggregation_record(settings: RunSettings) -> dict:
+    """summary.json's ``privacy.secure_aggregation`` with ``--secure-aggregation``: its parameters
+    and what it adds to the privacy figures and what it does not (nodes/secure_sum.py)."""
+    from nodes.secure_sum import guarantee
+
+    cfg = settings.conditions.secure_aggregation
+    return {} if cfg is None else {"secure_aggregation": guarantee(cfg)}
+
+
 def _conditions_record(settings: RunSettings) -> dict:
     c = dataclasses.asdict(settings.conditions)
     c.pop("online_rounds", None)
@@ -610,6 +619,7 @@ def _drive(
             "privacy": {
                 **privacy_of(protocol).as_dict(),
                 "noise_rng": noise_rng_name(settings),  # seeded, or secure (--secure-rng)
+                **secure_aggregation_record(settings),  # --secure-aggregation: what it adds
                 **audit,  # --audit: each mechanism's empirical lower bound (engine/audit.py)
             },
             "wall_seconds": wall,

@@ -143,7 +143,7 @@ def degree_and_threshold(cfg: secagg.SecureAggregation, n: int) -> tuple[int, in
     return k, max(t, 1)
 
 
-def min_users(cfg: secagg.SecureAggregation, t: int) -> int:
+def min_users(cfg: secagg.SecureAggregation) -> int:
     """The fewest uploads whose sum the server may learn."""
     return max(cfg.min_users or 2, 2)
 
@@ -159,6 +159,25 @@ def _dropped(node, stage: str) -> bool:
         return False
     h = hashlib.sha256(f"secagg-drop:{node.ctx.seed}:{node.round}:{stage}:{node.id}".encode())
     return int.from_bytes(h.digest()[:8], "little") / 2**64 < p
+
+
+def guarantee(cfg: secagg.SecureAggregation) -> dict:
+    """What secure aggregation adds to a run's privacy figures, and what it leaves as it was (the
+    report's ``privacy.secure_aggregation``)."""
+    k = cfg.neighbours or "the smallest even number >= 3·log2 n, at least 4 (n: the round's users)"
+    t = cfg.threshold or "⌈k/3⌉ + 1"
+    return {
+        "protocol": "SecAgg+ (Bell et al. 2020), semi-honest",
+        "neighbours": k,
+        "threshold": t,
+        "min_users": min_users(cfg),
+        "server_sees": f"the sum of at least {min_users(cfg)} users' uploads per round, "
+        "densified over the whole item table; the sets of users at each stage",
+        "not_covered": "a malicious server (key substitution, inconsistent survivor lists), "
+        "collusion with t or more of a user's neighbours, a malicious user's effect on the sum, "
+        "what the sum itself reveals",
+        "epsilon": "unchanged: the LDP mechanism's ε is accounted as without secure aggregation",
+    }
 
 
 # --- payloads ---------------------------------------------------------------------------------------
@@ -421,7 +440,7 @@ def _reveal(node, spec, st: UserState, m: Message) -> None:
     n3, alive = decode_survivors(m.payload)
     alive = {int(u) for u in alive}
     k, t = degree_and_threshold(settings(node), st.n1)
-    if n3 < min_users(settings(node), t) or not alive <= set(st.masked_with) or n3 < len(alive):
+    if n3 < min_users(settings(node)) or not alive <= set(st.masked_with) or n3 < len(alive):
         node.reject(m, "range")  # a sum of too few, or survivors it never masked with
         return
     ids, which, shares = [], [], []
@@ -468,8 +487,8 @@ def server_stage(node, spec: SecureSum, phase: str, inbox: list[Message], peers=
         st.n1 = len(users)
         cfg = settings(node)
         k, t = degree_and_threshold(cfg, st.n1)
-        if st.n1 < min_users(cfg, t):
-            st.failed = f"{st.n1} users sent keys, fewer than {min_users(cfg, t)}"
+        if st.n1 < min_users(cfg):
+            st.failed = f"{st.n1} users sent keys, fewer than {min_users(cfg)}"
             return
         st.graph = secagg.harary_graph(users, k)
         for u in users:
@@ -518,8 +537,8 @@ def server_stage(node, spec: SecureSum, phase: str, inbox: list[Message], peers=
         st.total = total
         cfg = settings(node)
         _, t = degree_and_threshold(cfg, st.n1)
-        if len(alive) < min_users(cfg, t):
-            st.failed = f"{len(alive)} masked inputs, fewer than {min_users(cfg, t)}"
+        if len(alive) < min_users(cfg):
+            st.failed = f"{len(alive)} masked inputs, fewer than {min_users(cfg)}"
             return
         members = set(st.survivors)
         for x in st.survivors:
@@ -587,11 +606,17 @@ def _failed(node, why: str) -> None:
 
 
 # --- the round ------------------------------------------------------------------------------------
-def run_stages(dep, round_: int) -> None:
+def run_stages(dep, round_: int) -> dict[str, float]:
     """The supersteps between a protocol's training step (users held their uploads and sent their
     keys) and its aggregation step (the server unmasks with :func:`server_sum`); nothing without
-    the run condition ``secure_aggregation``."""
+    the run condition ``secure_aggregation``. Returns the round's figures of the stages: users who
+    dropped between them (``secagg_dropped``) and upload coordinates the fixed-point bound clipped
+    (``secagg_clipped``)."""
     if getattr(dep.conditions, "secure_aggregation", None) is None:
-        return
+        return {}
+    dropped = clipped = 0.0
     for stage in STAGES:
-        dep.superstep(round_, stage)
+        reports = dep.superstep(round_, stage).reports
+        dropped += sum(reports.get("secagg_dropped", []))
+        clipped += sum(reports.get("secagg_clipped", []))
+    return {"secagg_dropped": dropped, "secagg_clipped": clipped}

@@ -86,11 +86,11 @@ class FedMF(Protocol):
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:
         dep.superstep(round_, "download", activate=[SERVER])  # step 1: Q to the sampled users
         res = dep.superstep(round_, "train")  # step 2: local BPR step, item gradients up
-        secure_sum.run_stages(dep, round_)  # with --secure-aggregation: masked, only the sum
+        masked = secure_sum.run_stages(dep, round_)  # --secure-aggregation: only the sum
         # step 3: mean of the uploads, Adam on Q; the server runs even when no upload arrived
         # in time, and reports the round skipped
         agg = dep.superstep(round_, "aggregate", activate=[SERVER])
-        return training_figures(res, agg)
+        return {**training_figures(res, agg), **masked}
 
     def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:
         dep.superstep(round_, "eval_download", activate=[SERVER])

@@ -303,7 +303,7 @@ class FedPerGNN(Protocol):
             res = dep.superstep(round_, "train")  # local step; clip + Laplace uploads
         # with --secure-aggregation the uploads are masked and the server learns only their sum
         # (nodes/secure_sum.py); the users then report their upload sizes to the accountant
-        secure_sum.run_stages(dep, round_)
+        masked = secure_sum.run_stages(dep, round_)
         # mean of the uploads, Adam step on E (and θ); the server runs even when no upload
         # arrived in time, and reports the round skipped
         agg = dep.superstep(round_, "aggregate", activate=[SERVER])
@@ -311,7 +311,7 @@ class FedPerGNN(Protocol):
         self._account({**res.reports, **agg.reports})
         if self.config.attack_gradient_inference:
             self._gradient_inference(dep)
-        return training_figures(res, agg)
+        return {**training_figures(res, agg), **masked}
 
     def evaluate(self, dep: Deployment, round_: int) -> dict[str, float]:
         """Step 4: E (and θ) to every user; each ranks (lightgcn) or rates (gat) held-out items."""

@@ -56,3 +56,14 @@ def check_table(payload: bytes, shared) -> None:
     the host's screen drops and counts anything else before a handler sees it."""
     c, n_items = shared.config, shared.public.n_items
     v.dense(payload, (n_items, c.dim), what="item table")
+
+
+def table_length(shared) -> int:
+    """Coordinates of one table, as secure aggregation sums it."""
+    return shared.public.n_items * shared.config.dim
+
+
+def densify_table(payload: bytes, shared) -> np.ndarray:
+    """A client's upload as the summed vector (it is dense already)."""
+    table = decode_table(payload, shared.public.n_items, shared.config.dim)
+    return table.astype(np.float64).reshape(-1)

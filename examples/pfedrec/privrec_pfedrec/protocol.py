@@ -62,12 +62,13 @@ import numpy as np
 
 from cluster.message import index_of, node_id
 from data.types import RecDataset
+from nodes import secure_sum
 from nodes.deployment import Deployment, NodeSpec, mean_reports, training_figures
 from nodes.node import Shared
 from privacy.accountant import PrivacyAccountant, laplace_vector_event
 from privacy.ldp import laplace_epsilon_per_coordinate, laplace_epsilon_vector
 from privrec_pfedrec.config import PFedRecConfig, PFedRecPublic
-from privrec_pfedrec.roles import SERVER, PFedRecServer, PFedRecUser
+from privrec_pfedrec.roles import SECURE_SUM, SERVER, PFedRecServer, PFedRecUser
 from protocols.base import PaperFigure, PrivacyReport, Protocol
 
 
@@ -78,6 +79,8 @@ class PFedRec(Protocol):
     QUICK = {"rounds": 20, "dim": 16, "eval_every": 5}
     # its central baseline has the same embedding size
     BASELINE_SHARES = {"dim": "dim"}
+    # with --secure-aggregation the server learns only eq. (5)'s sum (roles.py)
+    SECURE_SUM = SECURE_SUM
     # the paper's MovieLens-100K figures (HR@10, NDCG@10 with 99 sampled negatives) could not be
     # read from a source we had: none is stated here rather than one from memory
     PAPER: PaperFigure | None = None
@@ -112,9 +115,10 @@ class PFedRec(Protocol):
         dep.superstep(round_, "download", activate=[SERVER])  # step 1: E to the clients S_t
         res = dep.superstep(round_, "train")  # step 2: eqs. (2)-(4), Ẽ_u up
         self._account(res.reports)
+        masked = secure_sum.run_stages(dep, round_)  # --secure-aggregation: masked tables
         # step 3: eq. (5); the server runs even when no upload arrived in time (then: skipped)
         agg = dep.superstep(round_, "aggregate", activate=[SERVER])
-        out = training_figures(res, agg)
+        out = {**training_figures(res, agg), **masked}
         out["rejected"] = len(agg.reports.get("rejected", []))
         return out
 

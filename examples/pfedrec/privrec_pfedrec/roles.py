@@ -28,6 +28,7 @@ from cluster.message import node_id
 from cluster.validate import Accept
 from models.metrics import ranking_metrics, topk_excluding
 from nodes.node import Node, NodeContext, decode_shared, expect_kinds, node_seed
+from nodes.secure_sum import SecureSum, Summand, server_sum
 from privacy.ldp import laplace_noise
 from privrec_pfedrec import messages as msg
 from protocols.base import sample_participants
@@ -36,11 +37,21 @@ SERVER = node_id("server", 0)
 TRAIN_CHUNK = 64  # clients trained in one vectorised pass (sorted by data size: little padding)
 EVAL_CHUNK = 256  # clients ranked in one pass at evaluation
 SAMPLED_K = 10  # the paper's HR@10 / NDCG@10
+# What the server sums with --secure-aggregation (eq. 5's Σ): each client's whole table. The
+# bound on a coordinate of Ẽ_u: 64 standard deviations of the initial embeddings, plus 20 Laplace
+# scales where the LDP variant noises it; a coordinate beyond is clipped and reported
+# (secagg_clipped in the round's figures; [secure_aggregation] bound sets another).
+SECURE_SUM = SecureSum(
+    SERVER,
+    (Summand(msg.ITEM_UPLOAD, msg.table_length, msg.densify_table),),
+    bound=lambda c: 64.0 * c.init_std + 20.0 * c.laplace_scale,
+)
 
 
 class PFedRecServer(Node):
     role = "server"
     ACCEPTS = {msg.ITEM_UPLOAD: Accept(("user",), ("aggregate",), msg.check_table)}
+    SECURE_SUM = SECURE_SUM
 
     def __init__(self, nid: str, ctx: NodeContext, users: np.ndarray):
         super().__init__(nid, ctx)
@@ -65,6 +76,14 @@ class PFedRecServer(Node):
             super().handle(phase, inbox)
 
     def _aggregate(self, inbox) -> None:
+        if self.secure_aggregation:  # eq. (5) from the sum alone (the uploads arrive masked)
+            total = server_sum(self, SECURE_SUM, inbox)
+            if total is None or total.n < max(1, self.min_participants):
+                self.report("skipped", 1.0)
+                return
+            mean = total.parts[msg.ITEM_UPLOAD] / total.n
+            self.table = mean.reshape(self.table.shape).astype(np.float32)
+            return
         expect_kinds(inbox, msg.ITEM_UPLOAD, node=self.id)
         c, n_items = self.config, self.public.n_items
         tables, seen = [], set()
@@ -100,6 +119,7 @@ class PFedRecServer(Node):
 
 class PFedRecUser(Node):
     role = "user"
+    SECURE_SUM = SECURE_SUM
     ACCEPTS = {
         msg.ITEM_TABLE: Accept(("server",), ("train",), msg.check_table),
         msg.EVAL_ITEM_TABLE: Accept(("server",), ("eval",), msg.check_table),
