@@ -316,13 +316,14 @@ class UserState:
     c_sk: bytes
     s_sk: bytes
     b: bytes = b""
-    parts: dict = dataclasses.field(default_factory=dict)  # kind -> float64 dense upload
+    parts: dict = dataclasses.field(default_factory=dict)  # kind -> the held payloads
     n1: int = 0
     neighbours: dict = dataclasses.field(default_factory=dict)  # v -> (c_pk, s_pk)
     held: dict = dataclasses.field(default_factory=dict)  # u -> (share of b_u, share of s_u)
     masked_with: tuple = ()
     dropped: bool = False
-    encoded: np.ndarray | None = None  # x_u as masked (kept for tests; never sent)
+    # x_u as encoded, from the masked input to this user's reveal (tests read it; never sent)
+    encoded: np.ndarray | None = None
 
 
 def hold(node, spec: SecureSum, kind: str, payload: bytes) -> None:
@@ -336,11 +337,22 @@ def hold(node, spec: SecureSum, kind: str, payload: bytes) -> None:
         node._outbox.append(
             Message(KEYS, node.id, spec.server, node.round, node.phase, encode_keys(c_pk, s_pk))
         )
-    part = next(p for p in spec.parts if p.kind == kind)
-    x = np.asarray(part.densify(payload, node.ctx.shared), dtype=np.float64).reshape(-1)
-    if x.shape != (part.length(node.ctx.shared),):
-        raise ValueError(f"{kind}: densified to {x.shape}, expected {part.length(node.ctx.shared)}")
-    st.parts[kind] = st.parts.get(kind, 0.0) + x
+    st.parts.setdefault(kind, []).append(payload)  # densified when masked: kept small till then
+
+
+def _input(node, spec: SecureSum, st: UserState) -> np.ndarray:
+    """x_u: the held uploads densified, in the order of ``spec.parts`` (zero for a kind the user
+    did not upload this round)."""
+    shared, out = node.ctx.shared, []
+    for part in spec.parts:
+        x = np.zeros(part.length(shared), dtype=np.float64)
+        for payload in st.parts.get(part.kind, []):
+            dense = np.asarray(part.densify(payload, shared), dtype=np.float64).reshape(-1)
+            if dense.shape != x.shape:
+                raise ValueError(f"{part.kind}: densified to {dense.shape}, expected {x.shape}")
+            x += dense
+        out.append(x)
+    return np.concatenate(out) if out else np.zeros(0)
 
 
 def _state(node) -> UserState | None:
@@ -356,7 +368,7 @@ def user_stage(node, spec: SecureSum, phase: str, inbox: list[Message]) -> None:
             node.reject(m, "order" if m.round != node.round else "peer")
         return
     if _dropped(node, phase):
-        st.dropped = True
+        st.dropped, st.parts, st.held, st.encoded = True, {}, {}, None
         node.report("secagg_dropped", 1.0)
         return
     kind = {SHARE: NEIGHBOURS, MASK: SHARES_FOR, UNMASK: SURVIVOR_LIST}[phase]
@@ -425,10 +437,7 @@ def _mask(node, spec, st: UserState, m: Message) -> None:
         sb = plain[8 : 8 + secagg.SHARE_BYTES]
         st.held[u] = (sb, plain[8 + secagg.SHARE_BYTES :])
     st.masked_with = tuple(sorted(pairs))
-    x = np.concatenate(
-        [st.parts.get(p.kind, np.zeros(p.length(node.ctx.shared))) for p in spec.parts]
-    )
-    encoded, clipped = fixed_point(node, spec, st.n1).encode(x)
+    encoded, clipped = fixed_point(node, spec, st.n1).encode(_input(node, spec, st))
     st.encoded = encoded
     if clipped:
         node.report("secagg_clipped", float(clipped))
@@ -454,7 +463,7 @@ def _reveal(node, spec, st: UserState, m: Message) -> None:
         else:  # u dropped after masking: its pairwise masks must go
             which.append(1)
             shares.append(st.held[u][1])
-    st.held = {}
+    st.held, st.encoded = {}, None
     node.send(REVEAL, spec.server, encode_reveal(ids, which, shares))
 
 

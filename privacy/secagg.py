@@ -112,26 +112,37 @@ def share_secret(secret: bytes, n: int, t: int) -> list[bytes]:
     return out
 
 
+def _interpolate(pts: list[tuple[int, int]], at: int) -> int:
+    """The polynomial through ``pts`` evaluated at ``at`` (Lagrange, over GF(PRIME))."""
+    total = 0
+    for j, (xj, yj) in enumerate(pts):
+        num = den = 1
+        for m, (xm, _) in enumerate(pts):
+            if m != j:
+                num = num * (at - xm) % PRIME
+                den = den * (xj - xm) % PRIME
+        total = (total + yj * num * pow(den, -1, PRIME)) % PRIME
+    return total
+
+
 def combine_shares(shares: dict[int, bytes], t: int) -> bytes:
-    """The secret from at least ``t`` shares {x: f(x)} (Lagrange at 0, the first t by x);
-    SecAggError with fewer, or where the result is not a 32-byte secret."""
+    """The secret from at least ``t`` shares {x: f(x)} (Lagrange at 0 over the first t by x).
+    With more than t, the (t+1)-th must lie on the same polynomial: a corrupted share among the
+    first t is then caught. SecAggError with fewer than t shares, an inconsistent one, or a
+    result that is not a 32-byte secret."""
     if len(shares) < t:
         raise SecAggError(f"{len(shares)} shares, {t} needed")
-    pts = sorted(shares.items())[:t]
-    xs = [x for x, _ in pts]
-    if len(set(xs)) != t or any(not 1 <= x < PRIME for x in xs):
-        raise SecAggError("share points must be distinct and nonzero")
-    total = 0
-    for j, (xj, yb) in enumerate(pts):
-        yj = int.from_bytes(yb, "big")
-        if yj >= PRIME:
-            raise SecAggError("share outside the field")
-        num = den = 1
-        for m, xm in enumerate(xs):
-            if m != j:
-                num = num * xm % PRIME
-                den = den * (xm - xj) % PRIME
-        total = (total + yj * num * pow(den, -1, PRIME)) % PRIME
+    pts = []
+    for x, yb in sorted(shares.items())[: t + 1]:
+        y = int.from_bytes(yb, "big")
+        if not 1 <= x < PRIME or y >= PRIME:
+            raise SecAggError("a share outside the field")
+        pts.append((x, y))
+    if len({x for x, _ in pts}) != len(pts):
+        raise SecAggError("share points must be distinct")
+    if len(pts) > t and _interpolate(pts[:t], pts[t][0]) != pts[t][1]:
+        raise SecAggError("the shares are not of one polynomial")
+    total = _interpolate(pts[:t], 0)
     if total >= 2 ** (8 * KEY_BYTES):
         raise SecAggError("shares do not rebuild a 32-byte secret")
     return total.to_bytes(KEY_BYTES, "big")
