@@ -145,6 +145,10 @@ class Conditions:
             raise ConditionsError(f"snapshot_every: must be >= 0, got {self.snapshot_every}")
         if not isinstance(self.secure_rng, bool):
             raise ConditionsError(f"secure_rng: must be true or false, got {self.secure_rng!r}")
+        if self.secure_aggregation is True:  # `secure_aggregation = true`: the defaults
+            object.__setattr__(self, "secure_aggregation", {})
+        elif self.secure_aggregation is False:
+            object.__setattr__(self, "secure_aggregation", None)
         if isinstance(self.secure_aggregation, dict):
             from privacy.secagg import SecureAggregation
 
@@ -153,6 +157,15 @@ class Conditions:
             except (ValueError, TypeError) as e:
                 raise ConditionsError(str(e)) from None
             object.__setattr__(self, "secure_aggregation", sa)
+        from privacy.secagg import SecureAggregation
+
+        if self.secure_aggregation is not None and not isinstance(
+            self.secure_aggregation, SecureAggregation
+        ):
+            raise ConditionsError(
+                "secure_aggregation: true, false or a table of its parameters, got "
+                f"{self.secure_aggregation!r}"
+            )
         object.__setattr__(self, "dropout_roles", tuple(self.dropout_roles))
         object.__setattr__(self, "kill_hosts", tuple(tuple(map(int, k)) for k in self.kill_hosts))
         if self.trace and not self.online_rounds:

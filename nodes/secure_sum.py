@@ -138,7 +138,7 @@ def settings(node) -> secagg.SecureAggregation | None:
 
 def degree_and_threshold(cfg: secagg.SecureAggregation, n: int) -> tuple[int, int]:
     """(k, t) for a round of n users: every user has min(k, n − 1) neighbours; t ≤ that."""
-    k = min(cfg.neighbours or secagg.default_degree(n), max(n - 1, 0))
+    k = min(cfg.neighbours or secagg.default_degree(n), max(n - 1, 0))  # even, or n − 1
     t = min(cfg.threshold or secagg.default_threshold(k), k)
     return k, max(t, 1)
 
@@ -402,7 +402,12 @@ def _share(node, spec, st: UserState, m: Message) -> None:
     sealed = []
     for i, u in enumerate(ids):
         u = int(u)
-        key = secagg.agree(st.c_sk, c_pks[i], secagg.share_key_info(node.round, me, u))
+        try:
+            key = secagg.agree(st.c_sk, c_pks[i], secagg.share_key_info(node.round, me, u))
+        except secagg.SecAggError:  # a neighbour key no agreement can use: sit the round out
+            node.reject(m, "range")
+            st.dropped = True
+            return
         plain = me.to_bytes(4, "little") + u.to_bytes(4, "little") + b_shares[i] + s_shares[i]
         sealed.append(secagg.seal(key, plain, _aad(node.round, me, u)))
     node.send(SHARES, spec.server, encode_sealed(ids, sealed))
@@ -424,7 +429,12 @@ def _mask(node, spec, st: UserState, m: Message) -> None:
         c_pk, s_pk = st.neighbours[u]
         # the pairwise mask goes with every source the server forwarded, whether or not its
         # shares open, so that the server's view of who masked with whom is right
-        pairs[u] = secagg.agree(st.s_sk, s_pk, secagg.mask_info(node.round, me, u))
+        try:
+            pairs[u] = secagg.agree(st.s_sk, s_pk, secagg.mask_info(node.round, me, u))
+        except secagg.SecAggError:  # no mask can be agreed with u: send no masked input
+            node.reject(m, "range")
+            st.dropped = True
+            return
         try:
             key = secagg.agree(st.c_sk, c_pk, secagg.share_key_info(node.round, me, u))
             plain = secagg.open_sealed(key, ct, _aad(node.round, u, me))
@@ -478,7 +488,7 @@ class ServerState:
     shared: tuple = ()  # U2
     total: np.ndarray | None = None  # Σ y_u over U3
     survivors: tuple = ()  # U3
-    views: dict = dataclasses.field(default_factory=dict)  # u -> y_u, kept for the attack
+    views: dict = dataclasses.field(default_factory=dict)  # sender id -> y_u, for the attack
     failed: str = ""
 
 
@@ -488,10 +498,14 @@ def server_stage(node, spec: SecureSum, phase: str, inbox: list[Message], peers=
     if phase == GRAPH:
         st = node._secagg = ServerState(node.round)
         for m in node.admit(inbox, peers):
+            keys = decode_keys(m.payload)  # the host's screen checked the sizes
             try:
-                st.keys[index_of(m.src)] = decode_keys(m.payload)
-            except wire.WireError:
-                node.reject(m, "malformed")
+                for pk in keys:
+                    secagg.check_public(pk)
+            except secagg.SecAggError:
+                node.reject(m, "range")  # a key no agreement can use: it takes no part
+                continue
+            st.keys[index_of(m.src)] = keys
         users = sorted(st.keys)
         st.n1 = len(users)
         cfg = settings(node)
@@ -610,8 +624,16 @@ def server_sum(node, spec: SecureSum, inbox: list[Message]) -> SumResult | None:
 
 
 def _failed(node, why: str) -> None:
+    """The round's sum is abandoned: reported, and the reason kept on the server (``last_failure``
+    of :func:`failure`)."""
     node.report("secagg_failed", 1.0)
+    node._secagg_failure = (node.round, why or "no secure-aggregation state for this round")
     return None
+
+
+def failure(node) -> tuple[int, str] | None:
+    """(round, reason) of the server's last abandoned sum, or None."""
+    return getattr(node, "_secagg_failure", None)
 
 
 # --- the round ------------------------------------------------------------------------------------

@@ -69,6 +69,13 @@ def agree(private: bytes, peer_public: bytes, info: bytes) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(shared)
 
 
+def check_public(public: bytes) -> None:
+    """SecAggError unless ``public`` is an X25519 public key a key agreement can use (32 bytes,
+    not a low-order point)."""
+    scratch = X25519PrivateKey.generate()
+    agree(scratch.private_bytes_raw(), public, b"privrec secagg key check")
+
+
 def mask_info(round_: int, a: int, b: int) -> bytes:
     """HKDF context of the pairwise mask seed of users a and b in one round (order-free)."""
     lo, hi = min(a, b), max(a, b)
@@ -186,8 +193,11 @@ def default_threshold(k: int) -> int:
 def harary_graph(users: list[int], k: int) -> dict[int, list[int]]:
     """A random Harary graph H(k, n) over ``users``: on a uniformly random cycle order (from the
     OS), each user is joined to the k/2 nearest on either side (SecAgg+'s graph); k ≥ n − 1
-    joins everyone. Returns each user's sorted neighbours."""
+    joins everyone, and an odd k below that is refused (H(k, n) is k-regular for even k).
+    Returns each user's sorted neighbours."""
     n = len(users)
+    if k % 2 and k < n - 1:
+        raise ValueError(f"harary graph: an even degree below n - 1 = {n - 1}, got {k}")
     order = list(users)
     rnd = secrets.SystemRandom()
     rnd.shuffle(order)
@@ -233,10 +243,15 @@ class FixedPoint:
         return 2.0**-self.bits
 
     def encode(self, x: np.ndarray) -> tuple[np.ndarray, int]:
-        """(the encoding of ``x`` as uint32, how many coordinates the bound clipped)."""
+        """(the encoding of ``x`` as uint32, how many coordinates the bound clipped). Integers
+        stay within ±⌊bound·2^f⌋, so that n_max of them cannot wrap even after rounding; a
+        non-finite value raises ValueError (an input that diverged is not silently zeroed)."""
         x = np.asarray(x, dtype=np.float64)
+        if not np.isfinite(x).all():
+            raise ValueError("fixed point: the input has NaN or infinite values")
         clipped = int(np.count_nonzero(np.abs(x) > self.bound))
-        q = np.rint(np.clip(x, -self.bound, self.bound) * 2.0**self.bits).astype(np.int64)
+        top = math.floor(self.bound * 2.0**self.bits)
+        q = np.clip(np.rint(x * 2.0**self.bits), -top, top).astype(np.int64)
         return q.astype(np.uint32), clipped
 
     def decode(self, total: np.ndarray) -> np.ndarray:
@@ -290,7 +305,11 @@ class SecureAggregation:
     coordinate before the fixed-point encoding (0: the protocol's declared bound), ``min_users``
     the fewest uploads whose sum the server may learn (at least 2), ``stage_dropout`` the
     probability that a user drops before each of its stages (simulates devices lost
-    mid-protocol)."""
+    mid-protocol: a user takes three stages after its keys, so a neighbour is still there to
+    reveal with probability (1 − p)³, and t must stay below that share of k for rounds to
+    complete: at p = 0.1, 73% of neighbours reveal and the default t (about k/3) holds; at
+    p = 0.3, 34% do and the default fails most rounds — give a lower threshold or more
+    neighbours, or read it as the failure SecAgg+ reports)."""
 
     neighbours: int = 0
     threshold: int = 0
@@ -303,12 +322,23 @@ class SecureAggregation:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"secure_aggregation.{name}: an integer >= 0, got {value!r}")
-        if self.neighbours == 1:
-            raise ValueError("secure_aggregation.neighbours: at least 2 (or 0 for the default)")
+        if self.neighbours == 1 or self.neighbours % 2:
+            raise ValueError(
+                "secure_aggregation.neighbours: an even number >= 2 (a Harary graph's degree), "
+                f"or 0 for the default; got {self.neighbours}"
+            )
         if self.threshold and self.neighbours and self.threshold > self.neighbours:
             raise ValueError(
                 f"secure_aggregation.threshold: {self.threshold} > neighbours {self.neighbours}"
             )
+        if self.min_users < 2:
+            raise ValueError(
+                f"secure_aggregation.min_users: at least 2 (one user's sum is its upload), "
+                f"got {self.min_users}"
+            )
+        for name in ("bound", "stage_dropout"):
+            if isinstance(getattr(self, name), bool):
+                raise ValueError(f"secure_aggregation.{name}: a number, got a boolean")
         if not (isinstance(self.bound, (int, float)) and 0 <= self.bound < math.inf):
             raise ValueError(f"secure_aggregation.bound: a number >= 0, got {self.bound!r}")
         if not (isinstance(self.stage_dropout, (int, float)) and 0 <= self.stage_dropout < 1):
