@@ -399,11 +399,11 @@ def _share(node, spec, st: UserState, m: Message) -> None:
     st.b = secagg.new_seed()
     b_shares = secagg.share_secret(st.b, len(ids), t)
     s_shares = secagg.share_secret(st.s_sk, len(ids), t)
-    sealed = []
+    sealed, c_sk = [], secagg.private_key(st.c_sk)
     for i, u in enumerate(ids):
         u = int(u)
         try:
-            key = secagg.agree(st.c_sk, c_pks[i], secagg.share_key_info(node.round, me, u))
+            key = secagg.agree(c_sk, c_pks[i], secagg.share_key_info(node.round, me, u))
         except secagg.SecAggError:  # a neighbour key no agreement can use: sit the round out
             node.reject(m, "range")
             st.dropped = True
@@ -420,7 +420,7 @@ def _aad(round_: int, src: int, dst: int) -> bytes:
 def _mask(node, spec, st: UserState, m: Message) -> None:
     me = index_of(node.id)
     sources, sealed = decode_sealed(m.payload)
-    pairs = {}
+    pairs, c_sk, s_sk = {}, secagg.private_key(st.c_sk), secagg.private_key(st.s_sk)
     for u, ct in zip(sources, sealed):
         u = int(u)
         if u not in st.neighbours:
@@ -430,13 +430,13 @@ def _mask(node, spec, st: UserState, m: Message) -> None:
         # the pairwise mask goes with every source the server forwarded, whether or not its
         # shares open, so that the server's view of who masked with whom is right
         try:
-            pairs[u] = secagg.agree(st.s_sk, s_pk, secagg.mask_info(node.round, me, u))
+            pairs[u] = secagg.agree(s_sk, s_pk, secagg.mask_info(node.round, me, u))
         except secagg.SecAggError:  # no mask can be agreed with u: send no masked input
             node.reject(m, "range")
             st.dropped = True
             return
         try:
-            key = secagg.agree(st.c_sk, c_pk, secagg.share_key_info(node.round, me, u))
+            key = secagg.agree(c_sk, c_pk, secagg.share_key_info(node.round, me, u))
             plain = secagg.open_sealed(key, ct, _aad(node.round, u, me))
         except secagg.SecAggError:
             node.reject(m, "range")
@@ -606,8 +606,8 @@ def server_sum(node, spec: SecureSum, inbox: list[Message]) -> SumResult | None:
             masked_with_u = [x for x in st.survivors if u in st.sources.get(x, ())]
             if not masked_with_u:
                 continue
-            s_sk = secagg.combine_shares(s_shares.get(u, {}), t)
-            if secagg.public_of(s_sk) != st.keys[u][1]:
+            s_sk = secagg.private_key(secagg.combine_shares(s_shares.get(u, {}), t))
+            if s_sk.public_key().public_bytes_raw() != st.keys[u][1]:
                 raise secagg.SecAggError(f"user {u}'s rebuilt key does not match its public key")
             for x in masked_with_u:
                 seed = secagg.agree(s_sk, st.keys[x][1], secagg.mask_info(node.round, u, x))
