@@ -29,6 +29,8 @@ Any protocol parameter can also be given as a flag, which overrides the file: ``
 from __future__ import annotations
 
 import argparse
+import difflib
+import functools
 import json
 import re
 import sys
@@ -43,10 +45,55 @@ def _prog() -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with a user's mistake in one line on stderr (exit status 2), no usage dump."""
+    """argparse with a user's mistake in one line on stderr (exit status 2), no usage dump, and
+    a "did you mean" for a misspelt flag."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: {' '.join(str(message).split())}\n")
+        message = str(message)
+        if message.startswith("unrecognized arguments:"):
+            flags = [t for t in message.partition(":")[2].split() if t.startswith("--")]
+            hint = _did_you_mean(flags[0].partition("=")[0], _options(self)) if flags else ""
+            message += hint
+        self.exit(2, f"{self.prog}: {' '.join(message.split())}\n")
+
+    def format_help(self) -> str:
+        # the protocols that take attacks, looked up (imports every protocol) only when shown
+        for group in self._action_groups:
+            if group.description and ATTACK_PROTOCOLS in group.description:
+                group.description = group.description.replace(
+                    ATTACK_PROTOCOLS, ", ".join(attack_protocols())
+                )
+        return super().format_help()
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    """Every ``--flag`` of ``parser``."""
+    return [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+
+
+def _did_you_mean(given: str, known, *, prefix: str = "did you mean ") -> str:
+    """``"; did you mean X?"`` for the closest of ``known`` to ``given`` (difflib), or ``""``."""
+    match = difflib.get_close_matches(given, list(known), n=1, cutoff=0.6)
+    if not match and given.lower() != given:
+        match = difflib.get_close_matches(given.lower(), list(known), n=1, cutoff=0.6)
+    return f"; {prefix}{match[0]}?" if match else ""
+
+
+ATTACK_PROTOCOLS = "<protocols with attacks>"  # filled in by _Parser.format_help
+
+
+def attack_protocols() -> list[str]:
+    """The registered protocols that take ``--attack`` (their class declares ``ATTACK_FAMILY``)."""
+    from protocols import get_protocol, protocol_names
+
+    names = []
+    for name in protocol_names():
+        try:
+            if getattr(get_protocol(name), "ATTACK_FAMILY", None):
+                names.append(name)
+        except Exception:  # noqa: BLE001 — an installed plugin that does not import: not listed
+            continue
+    return names
 
 
 COMPARE_DOC = """Run several protocols on the same dataset, split and Ray cluster and write
@@ -119,6 +166,11 @@ def _add_shared_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="CPU share each host asks Ray for (default: the cluster's CPUs divided among the hosts, at most 1)",
     )
+    p.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="start the local Ray instance with Ray's dashboard (on 127.0.0.1) and print its address",
+    )
 
 
 def _add_run_arguments(p: argparse.ArgumentParser, *, rounds_default: int | None) -> None:
@@ -147,6 +199,17 @@ def _add_run_arguments(p: argparse.ArgumentParser, *, rounds_default: int | None
         "--out", default="runs", help="where run reports are written (default: %(default)s)"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--tensorboard",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DIR",
+        help="write every round's loss and training figures, the metrics of each evaluation, "
+        "bytes by kind, ε spent and simulated seconds as TensorBoard event files while the run "
+        "goes: in RUN_DIR/tensorboard, or in DIR/<run folder name> (compare: one folder, a run "
+        "per protocol); then `tensorboard --logdir ...` (needs `pip install tensorboard`)",
+    )
     p.add_argument(
         "--audit",
         action="store_true",
@@ -265,7 +328,7 @@ def _add_adversary_arguments(p: argparse.ArgumentParser) -> None:
         "fake users (ids after the real ones) or compromised users, chosen from (seed, node id); "
         "every metric is the honest users'; target_er@K / target_hr@K: exposure of the target "
         "items among honest users, reported whenever adversaries, targets or a defence are "
-        "given. Attacks [how adversaries join] (protocols: fedmf, fedpergnn, fedlightgcn):\n"
+        f"given. Attacks [how adversaries join] (protocols: {ATTACK_PROTOCOLS}):\n"
         + attacks.describe()
         + "\ndefences (options of the aggregating role):\n"
         + defences.describe(),
@@ -422,8 +485,9 @@ def build_parser(protocol_help: str | None = None) -> argparse.ArgumentParser:
         metavar="RUN_DIR",
         help="continue the run in RUN_DIR from its checkpoint to its planned rounds (or --rounds "
         "in all), same protocol, data and placement (only --rounds, --address, --checkpoint-every, "
-        "--no-progress apply, and protocol flags its Config lets change mid-run: step sizes, "
-        "--eval-every)",
+        "--no-progress, --tensorboard apply, and the protocol flags marked [may change on "
+        "--resume] in `--protocol NAME --help`: --eval-every and the step sizes read afresh every "
+        "round, not an optimizer's such as --lr-item)",
     )
     if protocol_help is not None:
         _add_protocol_help(p, protocol_help, default=protocol_help == DEFAULT_PROTOCOL)
@@ -437,7 +501,10 @@ def _protocol_name(name: str) -> str:
     try:
         get_protocol(name)
     except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+        from protocols import protocol_names
+
+        hint = "" if ":" in name else _did_you_mean(name, protocol_names())
+        raise argparse.ArgumentTypeError(f"{e}{hint}") from None
     return name
 
 
@@ -517,10 +584,12 @@ def build_compare_parser() -> argparse.ArgumentParser:
     return p
 
 
-def protocol_flags(extras: list[str], config_cls) -> dict:
+def protocol_flags(extras: list[str], config_cls, options: list[str] = ()) -> dict:
     """``--some-field VALUE`` / ``--some-field=VALUE`` / ``--flag`` / ``--no-flag`` → {field: value},
-    typed by the protocol's config dataclass; raises ValueError naming an unknown or malformed flag.
-    An old parameter name (``config_cls.ALIASES``) is kept as given, for build_config to warn."""
+    typed by the protocol's config dataclass; raises ValueError naming an unknown or malformed flag
+    (with the closest of the protocol's flags and ``options``, the run's own, as a "did you
+    mean"). An old parameter name (``config_cls.ALIASES``) is kept as given, for build_config to
+    warn."""
     import dataclasses
     import typing
 
@@ -544,7 +613,9 @@ def protocol_flags(extras: list[str], config_cls) -> dict:
         if negated:
             key = key[3:]
         if key not in fields:
-            raise ValueError(f"unknown flag --{name} for this protocol (known: {known})")
+            flags = ["--" + f.replace("_", "-") for f in fields] + list(options)
+            hint = _did_you_mean("--" + name, flags)
+            raise ValueError(f"unknown flag --{name}{hint} (this protocol's: {known})")
         hint = _value_type(hints[key])
         if hint is bool:
             if negated or not eq:
@@ -591,6 +662,8 @@ RESUME_FLAGS = (
     "--address",
     "--checkpoint-every",
     "--no-progress",
+    "--tensorboard",
+    "--dashboard",
     "--dry-run",
 )
 
@@ -632,6 +705,7 @@ def parse(argv: list[str] | None = None):
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
     if args.checkpoint_every < 0:
         parser.error(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
+    _check_tensorboard(parser, args)
     if args.resume is not None:
         if args.config is not None:
             parser.error(
@@ -646,7 +720,8 @@ def parse(argv: list[str] | None = None):
         from protocols import get_protocol
 
         try:
-            params.update(protocol_flags(extras, get_protocol(args.protocol).Config))
+            options = _options(parser)
+            params.update(protocol_flags(extras, get_protocol(args.protocol).Config, options))
         except ValueError as e:
             parser.error(f"--protocol {args.protocol}: {e}")
     _condition_flags(parser, args, conditions)
@@ -681,11 +756,35 @@ def _resume_flags(parser, run_dir: str, extras: list[str]) -> dict:
 
     try:
         name = json.loads((Path(run_dir) / "config.json").read_text())["settings"]["protocol"]
-        return protocol_flags(extras, get_protocol(name).Config)
+        cls = get_protocol(name).Config
+        params = protocol_flags(extras, cls, _options(parser))
     except (OSError, KeyError, json.JSONDecodeError) as e:
         parser.error(f"--resume {run_dir}: cannot read its protocol from config.json ({e})")
     except ValueError as e:
         parser.error(f"--resume {run_dir}: {e}")
+    # refused here, before the checkpoint is read: a parameter the nodes' state was built with
+    aliases = getattr(cls, "ALIASES", {})
+    frozen = [k for k in params if aliases.get(k, k) not in cls.RESUMABLE]
+    if frozen:
+        flags = ", ".join("--" + k.replace("_", "-") for k in frozen)
+        may = ", ".join("--" + k.replace("_", "-") for k in cls.RESUMABLE)
+        parser.error(
+            f"--resume {run_dir}: {flags}: cannot change when a run resumes (the nodes' state "
+            f"was built with {'it' if len(frozen) == 1 else 'them'}; {name} may change {may})"
+        )
+    return params
+
+
+def _check_tensorboard(parser, args) -> None:
+    """``--tensorboard`` without the tensorboard package: one line, before Ray starts."""
+    if getattr(args, "tensorboard", None) is None:
+        return
+    from engine.tensorboard import TensorBoardMissing, require
+
+    try:
+        require()
+    except TensorBoardMissing as e:
+        parser.error(str(e))
 
 
 def _check_shared(parser, args) -> None:
@@ -802,6 +901,7 @@ def parse_compare(argv: list[str] | None = None):
     if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
     _check_shared(parser, args)
+    _check_tensorboard(parser, args)
     _, dataset_opts, conditions, table = _read_config(parser, args, compare=True)
     per_label = {k: dict(v) for k, v in table.items() if isinstance(v, dict)}
     options = {k: v for k, v in table.items() if not isinstance(v, dict)}
@@ -845,6 +945,24 @@ def parse_compare(argv: list[str] | None = None):
     return parser, args, entries, dataset_opts, conditions
 
 
+def _one_line_on_ctrl_c(main):
+    """Ctrl-C anywhere in ``main``: one line on stderr saying where it stopped and what was saved
+    (engine.runner.RunInterrupted's message; a bare Ctrl-C, e.g. while the data load, says that
+    nothing was written) and exit status 130, for ``python launch.py`` and ``privrec`` alike."""
+
+    @functools.wraps(main)
+    def wrapper(argv: list[str] | None = None) -> int:
+        try:
+            return main(argv)
+        except KeyboardInterrupt as e:
+            text = str(e) or "interrupted before the run started; nothing was written"
+            print(f"{_prog()}: {' '.join(text.split())}", file=sys.stderr)
+            return 130
+
+    return wrapper
+
+
+@_one_line_on_ctrl_c
 def main(argv: list[str] | None = None) -> int:
     """``launch.py`` (no arguments: the main job, ``compare --quick``), ``launch.py compare
     ...``, or one run: ``launch.py [run] --protocol ...``; returns the exit status."""
@@ -854,6 +972,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] == "compare":
         return compare_main(argv[1:])
     parser, args, params, dataset_opts, condition_values = parse(argv)
+    _dashboard(args)
     if args.resume is not None:
         return _resume(parser, args, params)
     from adversaries import AdversaryError
@@ -909,6 +1028,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _dashboard(args) -> None:
+    """--dashboard: the local Ray instance this command starts runs Ray's dashboard."""
+    if args.dashboard:
+        from cluster.runtime import use_dashboard
+
+        use_dashboard()
+
+
 def _placement_message(e: Exception) -> str:
     """A placement error in one line naming its flag."""
     text = str(e)
@@ -931,6 +1058,7 @@ def _settings(args, conditions, **fields):
         conditions=conditions,
         adversaries=getattr(args, "adversaries", None),
         audit=args.audit,
+        tensorboard=getattr(args, "tensorboard", None),
         **fields,
     )
 
@@ -945,13 +1073,28 @@ def _conditions(parser, values: dict):
 
 
 def _load(parser, args, dataset_opts: dict):
-    from data.errors import DataFormatError
-    from data.registry import load_dataset
+    from data.errors import DataFormatError, UnknownDatasetError
+    from data.registry import DATASETS, load_dataset
 
     try:
         return load_dataset(args.dataset, args.data_dir, seed=args.seed, **dataset_opts)
+    except UnknownDatasetError as e:
+        hint = _did_you_mean(str(args.dataset), DATASETS, prefix="did you mean --dataset ")
+        if hint:
+            parser.error(
+                f"--dataset {args.dataset}: unknown dataset{hint} (known: {', '.join(DATASETS)}; "
+                "or a folder of dataset files)"
+            )
+        parser.error(f"--dataset {args.dataset}: {' '.join(str(e).split())}")
     except (DataFormatError, FileNotFoundError, ValueError, TypeError) as e:
         parser.error(f"--dataset {args.dataset}: {' '.join(str(e).split())}")
+    except KeyboardInterrupt as e:
+        if str(e):
+            raise
+        raise KeyboardInterrupt(
+            f"interrupted while loading --dataset {args.dataset}, before the run started; "
+            "nothing was written"
+        ) from None
 
 
 def compare_main(argv: list[str]) -> int:
@@ -960,6 +1103,7 @@ def compare_main(argv: list[str]) -> int:
     from engine.compare import compare, render_text
 
     parser, args, entries, dataset_opts, condition_values = parse_compare(argv)
+    _dashboard(args)
     if args.quick and "snapshot_every" not in condition_values:
         # the main job is a short demonstration: no per-round host snapshots (they exist to
         # recover a dead host's nodes and cost a pickling of every node each round)
@@ -972,6 +1116,13 @@ def compare_main(argv: list[str]) -> int:
         cmp_dir, comparison = compare(
             entries, dataset, _settings(args, conditions), dataset_info=dataset.meta
         )
+    except KeyboardInterrupt as e:  # outside a protocol's run: starting Ray, writing the report
+        if str(e):
+            raise
+        raise KeyboardInterrupt(
+            "comparison interrupted while starting Ray or writing comparison.md (no protocol "
+            f"was running); the finished runs' reports are under {args.out}"
+        ) from None
     except ClusterError as e:  # --address: nobody answers there, or the cluster wants a token
         parser.error(f"--address: {e}")
     print(render_text(comparison))
@@ -1021,6 +1172,7 @@ def _resume(parser, args, params: dict) -> int:
             progress=not args.no_progress,
             checkpoint_every=args.checkpoint_every or None,
             params=params,
+            tensorboard=args.tensorboard,
         )
     except (CheckpointError, ConfigError) as e:
         parser.error(f"--resume: {e}")
@@ -1079,7 +1231,7 @@ def _show(summary: dict, run_dir) -> None:
 
 if __name__ == "__main__":
     try:
-        sys.exit(main())
-    except KeyboardInterrupt as e:  # engine.runner.RunInterrupted names the round and the resume
-        print(f"launch.py: {e or 'interrupted'}", file=sys.stderr)
+        sys.exit(main())  # Ctrl-C in main: one line and 130 (_one_line_on_ctrl_c)
+    except KeyboardInterrupt:  # ... outside it (importing, exiting)
+        print(f"{_prog()}: interrupted", file=sys.stderr)
         sys.exit(130)

@@ -10,9 +10,10 @@ For every protocol and defence, a run without adversaries (fraction 0, the same 
 comes first: the targets' exposure with no attack, and the defence's accuracy cost (its main
 metric beside the plain mean's). Then each attack × fraction under that defence. Every run goes
 through the same runner as ``launch.py``, on one Ray instance; a cell an attack has no role for in
-a protocol is recorded as such. The JSON (``benchmarks/out/attacks-<dataset>.json``) is rewritten
-after every run, and ``--resume`` skips the cells it already holds, so a long grid can be stopped
-and continued. ``--published`` prints the paper figures recorded beside ours (``PUBLISHED``).
+a protocol is recorded as such. The JSON (``benchmarks/out/attacks-<dataset>[-quick].json``, or
+``--name``) is rewritten after every run, and ``--resume`` skips the cells it already holds, so a
+long grid can be stopped and continued. A recorded result (a file git tracks, which RESULTS.md
+cites) is refused before anything runs unless ``--write`` is given. ``--published`` prints the paper figures recorded beside ours (``PUBLISHED``).
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ import json
 import sys
 import time
 
-from benchmarks import common
 from benchmarks.common import (
+    WRITE_HELP,
     ArgumentParser,
     UsageError,
     check_dataset,
+    claim_result,
+    dataset_tag,
+    result_name,
     run_main,
     scoped_key_values,
     text_table,
@@ -188,7 +192,8 @@ def parse(argv) -> object:
     ap.add_argument("--defence-param", action="append", default=[], metavar="DEFENCE.key=value")
     ap.add_argument("--set", action="append", default=[], metavar="PROTOCOL.key=value")
     ap.add_argument("--out", default="runs/bench-attacks")
-    ap.add_argument("--name", default=None, help="JSON name (default attacks-<dataset>)")
+    ap.add_argument("--name", default=None, help="JSON name (default attacks-DATASET[-quick])")
+    ap.add_argument("--write", action="store_true", help=WRITE_HELP)
     ap.add_argument("--resume", action="store_true", help="keep the cells the JSON holds")
     ap.add_argument("--published", action="store_true", help="print the papers' figures, exit")
     ap.add_argument("--dry-run", action="store_true", help="check the names, list the runs, exit")
@@ -236,6 +241,12 @@ def check(args) -> None:
             raise UsageError(f"--fractions {f:g}: must be in (0, 1)")
     if args.dataset != "synthetic":
         check_dataset(args.dataset, args.data_dir)
+    claim_result(output_name(args), write=args.write)
+
+
+def output_name(args) -> str:
+    """``--name``, else ``attacks-DATASET[-quick]``."""
+    return args.name or result_name("attacks", dataset_tag(args.dataset), quick=args.quick)
 
 
 def _main(argv) -> int:
@@ -251,8 +262,8 @@ def _main(argv) -> int:
     from cluster.runtime import start_or_join
     from data.registry import default_data_dir, load_dataset
 
-    name = args.name or f"attacks-{args.dataset}" + ("-quick" if args.quick else "")
-    path = common.OUT / f"{name}.json"
+    name = output_name(args)
+    path = claim_result(name, write=args.write)
     cells: dict = {}
     if args.resume and path.exists():
         cells = json.loads(path.read_text())["figures"]["cells"]
@@ -276,7 +287,7 @@ def _main(argv) -> int:
             "params": args.set,
             "cells": cells,
         }
-        write_result(name, figures, echo=False)
+        path = write_result(name, figures, echo=False, write=args.write)
     print(table(cells, args.er_k))
     print(f"written: {path}")
     return 0

@@ -24,8 +24,10 @@ through the upload path and the wire, DIPSGNN's canary edges through the curator
 The verdict: lower bound ≤ rigorous figure → consistent (the audit found no bug); lower bound above
 it → INCONSISTENT (a bug in the mechanism or its accounting; the two planted bugs of
 privacy/audit.py show what that looks like); lower bound above a paper's claim of the same kind →
-the claim is refuted by measurement. Writes ``benchmarks/out/audit.json`` (figures, machine, date,
-command) and ``benchmarks/out/audit.md`` (the table for RESULTS.md); prints the table.
+the claim is refuted by measurement. Writes ``benchmarks/out/NAME.json`` (figures, machine, date,
+command) and ``benchmarks/out/NAME.md`` (the table for RESULTS.md); prints the table. NAME is
+``--name``, else ``audit[-quick][-secure][-only-WORD]``; a recorded result (a file git tracks,
+``audit.json``) is refused before anything runs unless ``--write`` is given.
 """
 
 from __future__ import annotations
@@ -40,11 +42,15 @@ import torch
 from dp_accounting import dp_event
 
 from benchmarks.common import (
+    WRITE_HELP,
     ArgumentParser,
     UsageError,
+    claim_result,
+    dataset_tag,
     run_main,
     shown_path,
     text_table,
+    writable,
     write_result,
 )
 from privacy import audit as pa
@@ -712,6 +718,8 @@ def _main(argv):
         help="draw the noise from the secure generator (privacy/noise.py), as --secure-rng runs do",
     )
     p.add_argument("--dry-run", action="store_true", help="list the audits and sizes; run nothing")
+    p.add_argument("--name", default=None, help="benchmarks/out/NAME.json and NAME.md")
+    p.add_argument("--write", action="store_true", help=WRITE_HELP)
     args = p.parse_args(argv)
     if args.samples is not None and args.samples < 4:
         raise UsageError(f"--samples {args.samples}: need at least 4 runs per hypothesis")
@@ -722,6 +730,12 @@ def _main(argv):
         ends = [e for e in ends if args.only.lower() in e[0].lower()]
         if not audits and not ends:
             raise UsageError(f"--only {args.only}: no audit's name contains it")
+    name = args.name or (
+        ("audit-quick" if args.quick else "audit")
+        + ("-secure" if args.secure_rng else "")
+        + (f"-only-{dataset_tag(args.only)}" if args.only else "")
+    )
+    claim_result(name, write=args.write, suffixes=(".json", ".md"))
     if args.dry_run:
         for a in audits:
             print(f"{a.name}: {args.samples or a.samples:,} runs per hypothesis")
@@ -737,7 +751,6 @@ def _main(argv):
         for _, run, _ in ends:
             records.append(run(seed=args.seed))
             _progress(records[-1])
-    name = ("audit-quick" if args.quick else "audit") + ("-secure" if args.secure_rng else "")
     figures = {
         "noise_rng": "secure (ChaCha20, OS key)" if args.secure_rng else "seeded",
         "alpha": pa.ALPHA,
@@ -745,8 +758,8 @@ def _main(argv):
         "wall_s": round(time.perf_counter() - start, 1),
         "audits": records,
     }
-    path = write_result(name, figures, echo=False)
-    path.with_suffix(".md").write_text(markdown(records) + "\n")
+    path = write_result(name, figures, echo=False, write=args.write)
+    writable(path.with_suffix(".md"), args.write).write_text(markdown(records) + "\n")
     print(text_table(HEADER, table_rows(records)))
     print(shown_path(path))
     return 0

@@ -17,7 +17,14 @@ from __future__ import annotations
 import argparse
 import time
 
-from benchmarks.common import parse_key_values, write_result
+from benchmarks.common import (
+    WRITE_HELP,
+    claim_result,
+    dataset_tag,
+    parse_key_values,
+    result_name,
+    write_result,
+)
 from cluster.runtime import start_or_join
 from data.registry import load_dataset
 from engine import deploy, rounds
@@ -97,7 +104,10 @@ def main() -> None:
     ap.add_argument("--implicit", action="store_true", help="load the dataset as implicit")
     ap.add_argument("--param", action="append", default=[], help="name=value for every model")
     ap.add_argument("--name", default=None, help="output name (default central-<dataset>)")
+    ap.add_argument("--write", action="store_true", help=WRITE_HELP)
     args = ap.parse_args()
+    name = args.name or result_name("central", dataset_tag(args.dataset))
+    claim_result(name, write=args.write)
     models = [m for m in args.models.split(",") if m]
     params = parse_key_values(args.param, "--param")
     dataset = load_dataset(args.dataset, seed=args.seed, implicit=args.implicit)
@@ -116,11 +126,14 @@ def main() -> None:
     for model in models:  # refuse a model that does not fit before any training starts
         Central(dataset, build_config(CentralConfig, {**params, "model": model}), args.seed)
     start_or_join(None)
-    name = args.name or f"central-{args.dataset}"
     for model in models:
 
         def checkpoint(partial: dict, model: str = model) -> None:
-            write_result(name, {**figures, "models": {**figures["models"], model: partial}})
+            write_result(
+                name,
+                {**figures, "models": {**figures["models"], model: partial}},
+                write=args.write,
+            )
 
         figures["models"][model] = train_model(
             dataset,
@@ -131,7 +144,7 @@ def main() -> None:
             args.gpus_per_host,
             on_eval=checkpoint,
         )
-    write_result(name, figures)
+    write_result(name, figures, write=args.write)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,14 @@
 """What every benchmark records beside its figures (the machine, the date, the command), and what
 the benchmark commands share: the one-line form of a user's mistake (:class:`UsageError`), the
 checks of a dataset argument, a plain-text table.
+
+Recorded results are kept: a file of ``benchmarks/out/`` that git tracks (``git ls-files
+benchmarks/out``; RESULTS.md cites them) is overwritten only when the command is told to
+(``--write``). A command checks its output name with :func:`claim_result` before it computes
+anything, and refuses in one line (``--name NAME`` writes another file, ``--write`` overwrites
+the recorded one); :func:`write_result` never overwrites a tracked file it was not allowed to,
+whoever calls it: it writes ``<name>-local.json`` beside it and says so, so a long computation
+is not lost either. Default names hold the dataset (and ``quick``): :func:`result_name`.
 """
 
 from __future__ import annotations
@@ -12,6 +20,8 @@ import datetime
 import json
 import os
 import platform
+import re
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,9 +56,90 @@ def command() -> str:
     return " ".join(["python", *sys.orig_argv[1:]])
 
 
-def write_result(name: str, figures: dict, *, echo: bool = True) -> Path:
+# --- where results go: recorded results are kept ------------------------------------------------
+WRITE_HELP = (
+    "overwrite the result file even where git tracks it (a recorded result that RESULTS.md "
+    "cites); without it a tracked file is refused before anything runs"
+)
+
+
+def is_tracked(path: str | Path) -> bool:
+    """Whether git tracks ``path`` (False outside a git checkout, or without git)."""
+    path = Path(path).resolve()
+    if not path.parent.is_dir():
+        return False
+    try:
+        done = subprocess.run(
+            ["git", "ls-files", "--error-unmatch", "--", path.name],
+            cwd=path.parent,
+            capture_output=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def result_name(stem: str, *parts, quick: bool = False) -> str:
+    """A default result name: ``stem-part-...[-quick]`` (the parts that are not empty: the
+    dataset, a mode), so that runs on different data or budgets never share a file."""
+    return "-".join([stem, *(str(p) for p in parts if p), *(["quick"] if quick else [])])
+
+
+def dataset_tag(dataset: str) -> str:
+    """A dataset argument as part of a file name: its last path component, safe characters
+    (``ml-100k``; ``/data/x/ratings.csv`` is ``ratings.csv``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(dataset)).name) or "data"
+
+
+def check_name(name: str, flag: str = "--name") -> str:
+    """A result name is a file name (no folder, not empty); else :class:`UsageError`."""
+    if not name or Path(name).name != name or name in (".", ".."):
+        raise UsageError(f"{flag} {name!r}: a file name")
+    return name
+
+
+def claim_result(
+    name: str, *, write: bool = False, suffixes: Sequence[str] = (".json",), flag: str = "--name"
+) -> Path:
+    """Before a benchmark computes anything: ``benchmarks/out/<name>.json`` (returned), refused in
+    one line (:class:`UsageError`) when it, or its sibling of another of ``suffixes`` (the
+    ``.md`` table, the ``.png`` plot), is a recorded result git tracks and ``write`` is False."""
+    check_name(name, flag)
+    paths = [OUT / f"{name}{suffix}" for suffix in suffixes]
+    kept = [p for p in paths if is_tracked(p)]
+    if kept and not write:
+        raise UsageError(
+            f"{shown_path(kept[0])} is a recorded result (git tracks it): {flag} NAME writes "
+            "another file, --write overwrites it"
+        )
+    return paths[0]
+
+
+def writable(path: Path, write: bool = False) -> Path:
+    """``path``, or, when git tracks it and ``write`` is False, an untracked ``<stem>-local``
+    file beside it (said on stderr): a tracked result is never overwritten unasked."""
+    path = Path(path)
+    if write or not is_tracked(path):
+        return path
+    other = path.with_name(f"{path.stem}-local{path.suffix}")
+    n = 2
+    while is_tracked(other):
+        other, n = path.with_name(f"{path.stem}-local{n}{path.suffix}"), n + 1
+    print(
+        f"{shown_path(path)} is a recorded result (git tracks it) and --write was not given: "
+        f"writing {shown_path(other)}",
+        file=sys.stderr,
+    )
+    return other
+
+
+def write_result(name: str, figures: dict, *, echo: bool = True, write: bool = False) -> Path:
     """Write ``benchmarks/out/<name>.json`` (the figures, the date, the command, the machine) and
-    return its path; ``echo``: also print the whole document on stdout."""
+    return its path; ``echo``: also print the whole document on stdout. A file git tracks is
+    overwritten only with ``write`` (the command's ``--write``); else the document goes to
+    ``<name>-local.json`` (:func:`writable`), whose path is returned."""
+    check_name(name)
     OUT.mkdir(exist_ok=True)
     doc = {
         "benchmark": name,
@@ -57,7 +148,7 @@ def write_result(name: str, figures: dict, *, echo: bool = True) -> Path:
         "machine": machine(),
         "figures": figures,
     }
-    path = OUT / f"{name}.json"
+    path = writable(OUT / f"{name}.json", write)
     path.write_text(json.dumps(doc, indent=2, default=float) + "\n")
     if echo:
         print(json.dumps(doc, indent=2, default=float))

@@ -16,7 +16,14 @@ import argparse
 import statistics
 from pathlib import Path
 
-from benchmarks.common import parse_key_values, write_result
+from benchmarks.common import (
+    WRITE_HELP,
+    claim_result,
+    dataset_tag,
+    parse_key_values,
+    result_name,
+    write_result,
+)
 from cluster.runtime import start_or_join
 from data.registry import default_data_dir, load_dataset
 from engine import RunSettings, run
@@ -159,8 +166,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/bench-conditions")
     ap.add_argument("--set", action="append", default=[], metavar="PROTOCOL.key=value")
-    ap.add_argument("--name", default=None)
+    ap.add_argument("--name", default=None, help="default conditions-WHAT-DATASET")
+    ap.add_argument("--write", action="store_true", help=WRITE_HELP)
     args = ap.parse_args()
+    name = args.name or result_name("conditions", args.what, dataset_tag(args.dataset))
+    claim_result(name, write=args.write)
     args.protocols = args.protocols.split(",")
     args.dropouts = [float(x) for x in args.dropouts.split(",")]
     args.set = parse_key_values(args.set, "--set")
@@ -169,8 +179,9 @@ def main() -> None:
     start_or_join(None)
     what = {"dropout": dropout_curve, "deploy-time": deploy_time, "snapshot-cost": snapshot_cost}
     figures = what[args.what](args, dataset)
-    name = args.name or f"conditions-{args.what}-{args.dataset}"
-    write_result(name, {"rounds": args.rounds, "dataset": args.dataset, **figures})
+    write_result(
+        name, {"rounds": args.rounds, "dataset": args.dataset, **figures}, write=args.write
+    )
 
 
 if __name__ == "__main__":

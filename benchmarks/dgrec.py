@@ -6,7 +6,8 @@
         [--lightgcn-epochs 50] [--hypergnn-epochs 60] [--hypergnn-variants paper,dot] [--hosts 1]
 
 Data: ≥10 interactions per user and item (iterated k-core), per-user random 80/20 split.
-Writes benchmarks/out/dgrec-<dataset>[-<name>].json (benchmarks/common.py): Recall/NDCG@20 per
+Writes benchmarks/out/dgrec-<dataset>[-<name>].json (benchmarks/common.py; a recorded result, a
+file git tracks, is refused before anything runs unless --write is given): Recall/NDCG@20 per
 variant, bytes per participating user per round beside the paper's worst case and float sharing,
 ε, wall time. ``--dmf-rounds 0`` / ``--lightgcn-epochs 0`` / ``--hypergnn-epochs 0`` skip those
 baselines. The centralized HyperGNN (models/dgrec_central.py) is DGREC's own model trained with one
@@ -24,8 +25,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
-from benchmarks.common import K10_SPLIT, write_result
+from benchmarks.common import (
+    K10_SPLIT,
+    WRITE_HELP,
+    claim_result,
+    dataset_tag,
+    write_result,
+)
 from data.registry import load_dataset
 from data.types import RecDataset
 from engine import RunSettings, run
@@ -142,6 +150,11 @@ def central_hypergnn(ds: RecDataset, epochs: int, params: dict, eval_every: int 
     from models.dgrec_central import HyperGNNTrainer
 
     t0 = time.perf_counter()
+    item_tags = ds.item_tags
+    if item_tags is None or item_tags.shape[1] == 0:
+        if params.get("use_hypergraph", True):  # as the DGREC protocol refuses the data
+            raise ValueError(f"dataset {ds.name!r} has no item tags: DGREC's hyperedges")
+        item_tags = sp.csr_matrix((ds.n_items, 1), dtype=np.float32)  # no tag hyperedge used
     graph = user_graph(ds, k=params.get("neighbours", 10), seed=0)
     if not params.get("use_public", True):
         graph = [np.zeros(0, dtype=np.int64) for _ in graph]
@@ -162,7 +175,7 @@ def central_hypergnn(ds: RecDataset, epochs: int, params: dict, eval_every: int 
         ds.train.items_by_user(ds.n_users),
         ds.test.items_by_user(ds.n_users),
         graph,
-        ds.item_tags,
+        item_tags,
         **{k: params[k] for k in model_keys if k in params},
     )
     curve = {}
@@ -202,7 +215,11 @@ def main() -> None:
     p.add_argument("--ablations", action="store_true", help="also run Table 3's switches")
     p.add_argument("--name", default="", help="suffix of the result file")
     p.add_argument("--out", default="runs")
+    p.add_argument("--write", action="store_true", help=WRITE_HELP)
     args = p.parse_args()
+    suffix = f"-{args.name}" if args.name else ""
+    name = f"dgrec-{dataset_tag(args.dataset)}{suffix}"
+    claim_result(name, write=args.write)
 
     ds = load_dataset(args.dataset, args.data_dir, seed=0, **K10_SPLIT)
     base, dlgnn_base = json.loads(args.params), json.loads(args.dlgnn_params)
@@ -248,8 +265,7 @@ def main() -> None:
     if args.ablations:
         for name, extra in ABLATIONS.items():
             figures[name] = one("dgrec", {**base, **extra}, ds, args.rounds, args.hosts, args.out)
-    suffix = f"-{args.name}" if args.name else ""
-    write_result(f"dgrec-{args.dataset}{suffix}", figures)
+    write_result(name, figures, write=args.write)
 
 
 if __name__ == "__main__":

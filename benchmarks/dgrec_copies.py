@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.common import write_result
+from benchmarks.common import WRITE_HELP, claim_result, write_result
 from engine.checkpoint import load_checkpoint
 from models.dgrec_factory import grad_vector
 from models.metrics import ranking_metrics, topk_excluding
@@ -92,7 +92,9 @@ def main() -> None:
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--name", required=True, help="benchmarks/out/<name>.json")
     ap.add_argument("--gradient-users", type=int, default=200)
+    ap.add_argument("--write", action="store_true", help=WRITE_HELP)
     args = ap.parse_args()
+    claim_result(args.name, write=args.write)
     state, users = users_of(args.run_dir)
     if not users or not hasattr(users[0], "shared_params"):
         raise SystemExit(f"dgrec_copies: {args.run_dir} is not a DGREC run's checkpoint")
@@ -125,6 +127,7 @@ def main() -> None:
                 users[: args.gradient_users], state["protocol"].config.clip
             ),
         },
+        write=args.write,
     )
 
 

@@ -12,7 +12,8 @@ user's time-ordered sequence). ``bprmf`` (BPR-MF, Rendle et al. 2009) and ``popu
 trained centrally on exactly the protocol's training parts and judged on the same test positions
 (every test target s[j] ranked over the full catalogue; "_excl" figures also exclude the prefix
 s[:j] the user already consumed). ``--set key=value`` overrides protocol parameters (e.g. eps2=3,
-steps=2). Results go to benchmarks/out/<name>.json.
+steps=2). Results go to benchmarks/out/NAME.json (``--name``, default ``dipsgnn-DATASET``); a
+recorded result (a file git tracks) is refused before anything runs unless ``--write`` is given.
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import parse_key_values, write_result
+from benchmarks.common import (
+    WRITE_HELP,
+    claim_result,
+    dataset_tag,
+    parse_key_values,
+    result_name,
+    write_result,
+)
 from data.registry import load_dataset
 from data.sequences import train_length, user_sequences
 from data.types import RecDataset
@@ -186,12 +194,17 @@ def main() -> None:
     ap.add_argument("--gpus-per-host", type=float, default=0.0)
     ap.add_argument("--eval-every", type=int, default=0)
     ap.add_argument("--features", default="all", help='"all" or names, e.g. age,gender,occupation')
-    ap.add_argument("--name", default="dipsgnn")
+    ap.add_argument(
+        "--name", default=None, help="benchmarks/out/NAME.json (default dipsgnn-DATASET)"
+    )
+    ap.add_argument("--write", action="store_true", help=WRITE_HELP)
     ap.add_argument("--set", nargs="*", default=[], help="protocol overrides key=value")
     ap.add_argument("--bpr-dim", type=int, default=64)
     ap.add_argument("--bpr-epochs", type=int, default=40)
     ap.add_argument("--bpr-reg", type=float, default=1e-2)
     args = ap.parse_args()
+    args.name = args.name or result_name("dipsgnn", dataset_tag(args.dataset))
+    claim_result(args.name, write=args.write)
     overrides = parse_key_values(args.set, "--set")
 
     dataset = load_dataset(args.dataset, split="random", seed=args.seed)  # pooled by the protocol
@@ -243,7 +256,7 @@ def main() -> None:
         p = figures["variants"]["private"]["metrics"]["recall@20"]
         n = figures["variants"]["nonprivate"]["metrics"]["recall@20"]
         figures["recall@20_ratio_private_vs_nonprivate"] = p / n
-    write_result(args.name, figures)
+    write_result(args.name, figures, write=args.write)
 
 
 if __name__ == "__main__":

@@ -102,10 +102,19 @@ def main() -> None:
     )
     ap.add_argument("--before-tree", default=None, help="another checkout to measure first")
     ap.add_argument("--json-out", default=None, help=argparse.SUPPRESS)  # child of --before-tree
+    ap.add_argument("--name", default=NAME, help=f"benchmarks/out/NAME.json (default {NAME})")
+    ap.add_argument(
+        "--write",
+        action="store_true",
+        help="overwrite the result file even where git tracks it (a recorded result)",
+    )
     args = ap.parse_args()
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(measure(args)))
         return
+    from benchmarks.common import claim_result, write_result
+
+    claim_result(args.name, write=args.write)
     figures = {}
     if args.before_tree:
         tree = str(Path(args.before_tree).resolve())
@@ -114,6 +123,7 @@ def main() -> None:
             child = [a for a in sys.argv[1:] if not a.startswith("--before-tree")]
             if args.before_tree in child:
                 child.remove(args.before_tree)
+            child = _without_output_flags(child)  # the other tree may not know them
             env = dict(os.environ, PYTHONPATH=tree)
             cmd = [sys.executable, str(Path(__file__).resolve()), *child, "--json-out", str(out)]
             subprocess.run(cmd, cwd=tree, env=env, check=True)
@@ -123,9 +133,20 @@ def main() -> None:
         figures["speedup"] = (
             figures["before"]["median_round_seconds"] / figures["after"]["median_round_seconds"]
         )
-    from benchmarks.common import write_result
+    write_result(args.name, figures, write=args.write)
 
-    write_result(NAME, figures)
+
+def _without_output_flags(argv: list[str]) -> list[str]:
+    """``argv`` less ``--write`` and ``--name NAME`` (``--name=NAME``): the child measures only."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--name":
+            skip = True
+        elif a != "--write" and not a.startswith("--name="):
+            out.append(a)
+    return out
 
 
 if __name__ == "__main__":

@@ -1,14 +1,17 @@
 """fedmf on gowalla's published LightGCN split: Recall/NDCG@20 after a stated budget of rounds,
 beside the FedeRank figure quoted in the FedLightGCN thesis (0.1440 / 0.1164).
 
-    python -m benchmarks.fedmf_gowalla --rounds 1500 --eval-every 250 [--hosts 2]
+    python -m benchmarks.fedmf_gowalla --rounds 1500 --eval-every 250 [--hosts 2] [--name NAME]
+
+Writes benchmarks/out/NAME.json (default fedmf_gowalla); a recorded result (a file git tracks) is
+refused before anything runs unless --write is given.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from benchmarks.common import write_result
+from benchmarks.common import WRITE_HELP, claim_result, write_result
 from data.registry import load_dataset
 from engine import RunSettings, run
 from engine.report import read_rows
@@ -25,7 +28,10 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=32)
     ap.add_argument("--lr-item", type=float, default=0.02)
     ap.add_argument("--lr-user", type=float, default=0.5)
+    ap.add_argument("--name", default="fedmf_gowalla", help="benchmarks/out/NAME.json")
+    ap.add_argument("--write", action="store_true", help=WRITE_HELP)
     args = ap.parse_args()
+    claim_result(args.name, write=args.write)
     ds = load_dataset("gowalla")
     params = {
         "users_per_round": args.users_per_round,
@@ -48,7 +54,7 @@ def main() -> None:
     ]
     rounds_seconds = [r["seconds"] for r in rows]
     write_result(
-        "fedmf_gowalla",
+        args.name,
         {
             "params": params,
             "rounds": args.rounds,
@@ -64,6 +70,7 @@ def main() -> None:
             "median_round_seconds_incl_eval": sorted(rounds_seconds)[len(rounds_seconds) // 2],
             "popularity": summary["baselines"]["popularity"],
         },
+        write=args.write,
     )
 
 

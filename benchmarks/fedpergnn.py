@@ -10,7 +10,9 @@ with R key-server replicas).
     python -m benchmarks.fedpergnn --oprf-replicas 1,2 [--oprf-users 40] [--oprf-bits 2048]
 
 Federated runs go through the real deployment (Ray, packed users on one host); the central
-model sees the same training split. Writes benchmarks/out/fedpergnn[_gat|_oprf].json.
+model sees the same training split. Writes benchmarks/out/fedpergnn[_gat|_oprf].json (``--name``
+another); a recorded result (a file git tracks) is refused before anything runs unless
+``--write`` is given.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import argparse
 import dataclasses
 import time
 
-from benchmarks.common import write_result
+from benchmarks.common import WRITE_HELP, claim_result, write_result
 from cluster.runtime import start_or_join
 from data.registry import load_dataset
 from engine import deploy
@@ -183,7 +185,7 @@ def main_gat(args) -> None:
     if "central_gat" in figures:
         fed = figures["fedpergnn_gat"]["metrics"]["rmse"]
         figures["fed_over_central_rmse"] = fed / figures["central_gat"]["rmse_best"]
-    write_result(args.name or "fedpergnn_gat", figures)
+    write_result(args.name, figures, write=args.write)
 
 
 def main() -> None:
@@ -207,8 +209,18 @@ def main() -> None:
     ap.add_argument("--attacks", action="store_true")
     ap.add_argument("--oprf-replicas", default="", help="e.g. 1,2: tokenization through Ray")
     ap.add_argument("--oprf-users", type=int, default=40)
-    ap.add_argument("--name", default="")
+    ap.add_argument("--name", default="", help="default fedpergnn, fedpergnn_gat, fedpergnn_oprf")
+    ap.add_argument("--write", action="store_true", help=WRITE_HELP)
     args = ap.parse_args()
+    default = (
+        "fedpergnn_oprf"
+        if args.oprf_replicas
+        else "fedpergnn_gat"
+        if args.backbone == "gat"
+        else "fedpergnn"
+    )
+    args.name = args.name or default
+    claim_result(args.name, write=args.write)
     skip = set(filter(None, args.skip.split(",")))
     args.skip = skip
     if args.oprf_replicas:
@@ -216,7 +228,7 @@ def main() -> None:
         runs = oprf_replicas(
             [int(r) for r in args.oprf_replicas.split(",")], args.oprf_users, args.oprf_bits
         )
-        write_result(args.name or "fedpergnn_oprf", {"oprf_replicas": runs})
+        write_result(args.name, {"oprf_replicas": runs}, write=args.write)
         return
     if args.backbone == "gat":
         main_gat(args)
@@ -284,7 +296,7 @@ def main() -> None:
             figures["fedlightgcn"]["metrics"]["recall@20"]
             / figures["central_lightgcn"]["metrics"]["recall@20"]
         )
-    write_result(args.name or "fedpergnn", figures)
+    write_result(args.name, figures, write=args.write)
 
 
 if __name__ == "__main__":

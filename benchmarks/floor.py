@@ -23,7 +23,9 @@ one more round of each (not timed).
 
 Round 0 (set-up: OPRF tokens, PSI, first expansion, neighbourhood sampling) is a warm-up, never
 timed; the figures are medians of rounds 1..R. Writes ``benchmarks/out/<name>.json`` (machine,
-date, command) and ``benchmarks/out/<name>.md`` (the table); prints the table.
+date, command) and ``benchmarks/out/<name>.md`` (the table); prints the table. The name is
+``--name``, else ``floor-DATASETS[-quick]``; a recorded result (a file git tracks) is refused
+before anything runs unless ``--write`` is given.
 """
 
 from __future__ import annotations
@@ -42,15 +44,20 @@ import numpy as np
 
 from benchmarks.common import (
     K10_SPLIT,
+    WRITE_HELP,
     ArgumentParser,
     UsageError,
     check_dataset,
+    claim_result,
+    dataset_tag,
     parse_key_values,
+    result_name,
     run_main,
     scoped_key_values,
     shown_path,
     text_table,
     usage_errors,
+    writable,
     write_result,
 )
 
@@ -118,7 +125,8 @@ class InProcess:
         from nodes.host import dumps_specs
         from nodes.node import NodeContext
 
-        self.ctx = NodeContext(seed, torch.device("cpu"), shared, Conditions())
+        self.conditions = Conditions()  # none (read by the drivers: nodes/secure_sum.py)
+        self.ctx = NodeContext(seed, torch.device("cpu"), shared, self.conditions)
         # the nodes' own copies of their data, as a host unpickles them
         made = pickle.loads(dumps_specs([(s.cls, s.nid, s.kwargs) for s in specs]))
         self.nodes = {nid: cls(nid, self.ctx, **kw) for cls, nid, kw in made}
@@ -388,7 +396,6 @@ def markdown(header, rows) -> str:
 def save(args, results: dict, rate: float):
     """Write ``out/<name>.json`` and ``out/<name>.md`` with the results so far."""
     header, rows = table(results)
-    name = args.name or ("floor-quick" if args.quick else "floor")
     figures = {
         "memcpy_bytes_per_second": rate,
         "floor_torch_threads": args.threads,
@@ -398,8 +405,8 @@ def save(args, results: dict, rate: float):
         "dataset_options": {d: DATASET_OPTIONS.get(d, {}) for d in results},
         "results": results,
     }
-    path = write_result(name, figures, echo=False)
-    md = path.with_suffix(".md")
+    path = write_result(args.name, figures, echo=False, write=args.write)
+    md = writable(path.with_suffix(".md"), args.write)
     md.write_text(markdown(header, rows) + "\n")
     return path, md, (header, rows)
 
@@ -425,7 +432,8 @@ def body(argv) -> int:
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--name", default=None, help="JSON name (default floor / floor-quick)")
+    ap.add_argument("--name", default=None, help="JSON name (default floor-DATASETS[-quick])")
+    ap.add_argument("--write", action="store_true", help=WRITE_HELP)
     args = ap.parse_args(argv)
     rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)
     if rounds < 1:
@@ -441,6 +449,8 @@ def body(argv) -> int:
     for ds in datasets:
         if ds != "synthetic":
             check_dataset(ds, args.data_dir, "--datasets")
+    args.name = args.name or result_name("floor", *map(dataset_tag, datasets), quick=args.quick)
+    claim_result(args.name, write=args.write, suffixes=(".json", ".md"))
 
     import torch
 

@@ -122,8 +122,9 @@ PAPERS: dict[str, Paper] = {
     "dgrec": Paper(
         "DGREC (Zheng et al., CIKM 2023), Recall@20 and NDCG@20",
         "ml-100k",
-        "the paper: Book-Crossing, Flixster, Weeplaces (→ ciao, epinions, filmtrust with "
-        "--dataset); here ml-100k, ≥ 10 interactions per user and item, per-user random 80/20",
+        "the paper: Book-Crossing, Flixster, Weeplaces (→ ciao, epinions with --dataset: "
+        "filmtrust has no item tags, which DGREC's hyperedges need); here ml-100k, ≥ 10 "
+        "interactions per user and item, per-user random 80/20",
         ("recall@20", "ndcg@20"),
         (
             # no public code: paper mode is the model as specified, and it is the rigorous run

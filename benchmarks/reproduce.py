@@ -3,18 +3,24 @@ ours in the paper's own mode (its calibration or its authors' code) and in the r
 central non-private baseline, the ratios of both modes to it, and the ε the paper claims beside
 the rigorous ε of each of our runs.
 
-    python -m benchmarks.reproduce fedpergnn|verfedgnn|dgrec|dipsgnn [--quick] [--no-append]
-        [--dataset NAME] [--data-dir DIR] [--out runs]
+    python -m benchmarks.reproduce fedpergnn|verfedgnn|dgrec|dipsgnn [--quick] [--write]
+        [--name NAME] [--dataset NAME] [--data-dir DIR] [--out runs]
 
 Every run goes through engine.compare on one loaded dataset (one split) and one Ray cluster, so
 runs/<time>-compare/ holds each run's report and comparison.md (its ratio column uses compare's
 default baselines, not this table's); DGREC's central HyperGNN (its own model trained by a
 curator, the ceiling of the per-user model) is benchmarks/dgrec.py's, outside Ray. Figures are
 the values at the end of each run; ranking figures (recall, NDCG, MRR) are fractions in every
-column, a paper's percentages divided by 100. Prints the table and writes
-benchmarks/out/reproduce-PAPER[-quick].json, and appends the table in markdown to
-benchmarks/RESULTS.md (--no-append: not). --quick: small budgets (< 10 min per paper on a 2-core
-machine), not converged; the default budgets are the ones benchmarks/RESULTS.md recorded.
+column, a paper's percentages divided by 100. The paper's figure is shown as a figure only on the
+dataset the paper measured it on; on a substitute the column says "— (the paper reports ...)".
+A baseline is run only when a paper-mode or rigorous run ran (nothing to compare it against
+otherwise); when none ran, the command says why in one line per run, writes nothing and exits 1.
+
+Prints the table and writes benchmarks/out/reproduce-PAPER-DATASET[-quick].json (--name NAME:
+NAME.json). A recorded result (a file git tracks) is refused before anything runs unless
+--write is given; --write also appends the table in markdown to benchmarks/RESULTS.md (without
+it RESULTS.md is never touched). --quick: small budgets (< 10 min per paper on a 2-core machine),
+not converged; the default budgets are the ones benchmarks/RESULTS.md recorded.
 """
 
 from __future__ import annotations
@@ -26,11 +32,15 @@ import time
 from pathlib import Path
 
 from benchmarks.common import (
+    WRITE_HELP,
     ArgumentParser,
     UsageError,
     check_dataset,
+    claim_result,
     command,
+    dataset_tag,
     machine,
+    result_name,
     run_main,
     shown_path,
     text_table,
@@ -80,30 +90,53 @@ def metric_label(metric: str) -> str:
     return metric
 
 
-def _paper_value(figures: dict, metric: str) -> float | None:
+def same_dataset(paper_dataset: str, ours: str | None) -> bool:
+    """Whether our dataset is the one the paper measured its figure on (names compared without
+    case and punctuation: "ML-1M" is "ml-1m"); ``ours`` None: not known, taken to be."""
+    if ours is None:
+        return True
+    key = lambda name: re.sub(r"[^a-z0-9]", "", str(name).lower())  # noqa: E731
+    return key(paper_dataset) == key(ours)
+
+
+def _paper_value(figures: dict, metric: str, ours: str | None = None) -> float | None:
+    """The paper's figure on our scale; None where it was not recorded or where it belongs to
+    another dataset than ``ours``."""
     value = figures.get("method", {}).get(metric)
-    return None if value is None else as_fraction(figures, value)
+    if value is None or not same_dataset(figures["on"], ours):
+        return None
+    return as_fraction(figures, value)
 
 
-def _paper_cell(figures: dict, baseline: str, metric: str) -> str:
+def _paper_cell(figures: dict, baseline: str, metric: str, ours: str | None = None) -> str:
     """The paper's figure on our scale, where it was printed in percent that figure, and its
-    ratio to the paper's baseline."""
+    ratio to the paper's baseline; on another dataset than the paper's (``ours``), no figure:
+    ``— (the paper reports Book-Crossing: 9.68 %, 0.9738 × LightGCN)``, its ratio being the
+    one thing a reader may set beside ours."""
     value = _paper_value(figures, metric)
     if value is None:
         return "not recorded"
+    name, theirs = figures.get(baseline, (None, {}))
+    base = as_fraction(figures, theirs[metric]) if theirs.get(metric) else None
+    if not same_dataset(figures["on"], ours):
+        printed = f"{fmt(figures['method'][metric])} %" if figures.get("percent") else fmt(value)
+        ratio = f", {fmt(value / base)} × {name}" if base else ""
+        return f"— (the paper reports {figures['on']}: {printed}{ratio})"
     cell = f"{fmt(value)} ({figures['on']}"
     if figures.get("percent"):
         cell += f", printed {fmt(figures['method'][metric])} %"
-    name, theirs = figures.get(baseline, (None, {}))
-    if theirs.get(metric):
-        base = as_fraction(figures, theirs[metric])
+    if base:
         cell += f"; {fmt(value / base)} × {name} {fmt(base)}"
     return cell + ")"
 
 
-def build_rows(name: str, paper: Paper, results: dict[str, dict]) -> list[dict]:
+def build_rows(
+    name: str, paper: Paper, results: dict[str, dict], dataset: str | None = None
+) -> list[dict]:
     """One row per (paper-mode run, baseline, metric); ``results``: label → compare row
-    (``status``, ``metrics``, ``epsilon``, ``delta``, ``private``, ``epsilon_paper``)."""
+    (``status``, ``metrics``, ``epsilon``, ``delta``, ``private``, ``epsilon_paper``);
+    ``dataset``: the name of ours (the paper's figure is a figure only on its own dataset;
+    None: not known)."""
     paper_figures = figures(name)
     rigorous = (paper.mode("rigorous") or [None])[0]
     rows = []
@@ -118,8 +151,9 @@ def build_rows(name: str, paper: Paper, results: dict[str, dict]) -> list[dict]:
                     {
                         "row": f"{run.label} vs {base.label}",
                         "metric": metric,
-                        "paper_figure": _paper_cell(paper_figures, base.label, metric),
-                        "paper_value": _paper_value(paper_figures, metric),
+                        "paper_figure": _paper_cell(paper_figures, base.label, metric, dataset),
+                        "paper_value": _paper_value(paper_figures, metric, dataset),
+                        "paper_dataset": paper_figures["on"],
                         "paper_mode": value,
                         "rigorous_mode": value_r,
                         "same_run": rigorous is None,
@@ -167,7 +201,8 @@ def table_cells(r: dict) -> list[str]:
 
 
 def render(name: str, paper: Paper, rows: list[dict], results: dict, info: dict) -> str:
-    """The markdown block appended to RESULTS.md: heading, command, table, caption, failures."""
+    """The markdown block appended to RESULTS.md (with --write): heading, command, table,
+    caption, failures."""
     mode = "quick" if info["quick"] else "full budgets"
     lines = [
         f"### {name} ({mode}) — {info['date']}, {info['machine']}",
@@ -191,9 +226,10 @@ def render(name: str, paper: Paper, rows: list[dict], results: dict, info: dict)
     return "\n".join(lines) + "\n"
 
 
-def append_results(block: str, path: Path = RESULTS) -> None:
+def append_results(block: str, path: Path | None = None) -> None:
     """Put ``block`` at the end of the :data:`HEADING` section (created at the end of the file the
-    first time), before any section that follows it."""
+    first time), before any section that follows it; ``path`` None: :data:`RESULTS`."""
+    path = RESULTS if path is None else path
     text = path.read_text()
     if HEADING not in text:
         text = text.rstrip("\n") + f"\n\n{HEADING}\n"
@@ -269,7 +305,27 @@ def plan(name: str, args) -> list[tuple[Run, int, object]]:
     check_dataset(args.dataset or paper.dataset, args.data_dir)
     if Path(args.out).is_file():
         raise UsageError(f"--out {args.out}: a file, not a folder")
+    claim_result(output_name(name, args), write=args.write)
     return planned
+
+
+def output_name(name: str, args) -> str:
+    """``--name``, else ``reproduce-PAPER-DATASET[-quick]``: a run on another dataset or budget
+    never takes the file of another."""
+    if getattr(args, "name", None):
+        return args.name
+    dataset = args.dataset or PAPERS[name].dataset
+    return result_name("reproduce", name, dataset_tag(dataset), quick=args.quick)
+
+
+def ran(paper: Paper, results: dict) -> bool:
+    """Whether a paper-mode or rigorous run of ``paper`` ran: else no baseline has anything to
+    be compared with."""
+    return any(
+        (results.get(run.label) or {}).get("status") == "ok"
+        for run in paper.runs
+        if run.mode != "baseline"
+    )
 
 
 def reproduce(name: str, args) -> dict:
@@ -290,8 +346,16 @@ def reproduce(name: str, args) -> dict:
         print("\n".join(lines))
         print(f"(dry run: {len(lines)} runs planned on {dataset.name}; nothing started)")
         return {}
+    measured = tuple(run.label for run in paper.runs if run.mode != "baseline")
     entries = [
-        Entry(run.label, run.protocol, run.budget(args.quick)[1], rounds)
+        Entry(
+            run.label,
+            run.protocol,
+            run.budget(args.quick)[1],
+            rounds,
+            # a baseline runs only when a run it is the baseline of ran (engine.compare)
+            serves=measured if run.mode == "baseline" else (),
+        )
         for run, rounds, _ in in_compare(planned, True)
     ]
     # no per-host snapshots: they exist to recover a dead host and cost a pickling per round
@@ -301,10 +365,20 @@ def reproduce(name: str, args) -> dict:
     )
     results = {r["label"]: r for r in comparison["protocols"]}
     for line, (run, rounds, _) in zip(lines[len(entries) :], in_compare(planned, False)):
+        if not ran(paper, results):
+            reason = f"skipped: the baseline of {', '.join(measured)}, which did not run"
+            say(f"{line.split(':')[0]}: {run.label}: not run, {reason}")
+            results[run.label] = {"status": "skipped", "reason": reason, "rounds": rounds}
+            continue
         say(line)
         results[run.label] = hypergnn(dataset, rounds, run.budget(args.quick)[1])
-    rows = build_rows(name, paper, results)
-    suffix = "-quick" if args.quick else ""
+    if not ran(paper, results):
+        print(f"{name} on {dataset.name}: nothing to reproduce, no paper-mode or rigorous run ran")
+        print("\n".join(not_run_lines(results)))
+        print(f"runs and comparison: {shown_path(cmp_dir)} (nothing written to benchmarks/out)")
+        return {}
+    rows = build_rows(name, paper, results, dataset.name)
+    out_name = output_name(name, args)
     m = machine()
     info = {
         "quick": args.quick,
@@ -312,7 +386,7 @@ def reproduce(name: str, args) -> dict:
         "machine": f"{m['host']}, {m['cores']} cores, {m.get('mem_gib')} GiB, torch "
         f"{m['torch']}, {m['cuda'] or 'CPU only'}",
         "command": command(),
-        "json": f"reproduce-{name}{suffix}.json",
+        "json": f"{out_name}.json",
         "dataset": f"{dataset.name} ({dataset.n_users} users, {dataset.n_items} items, "
         f"{len(dataset.train)} / {len(dataset.test)})",
         "seconds": time.perf_counter() - t0,
@@ -323,14 +397,15 @@ def reproduce(name: str, args) -> dict:
     markdown = render(name, paper, rows, results, info)
     figures = {"paper": name, **info, "rows": rows, "runs": runs, "compare_dir": str(cmp_dir)}
     path = write_result(
-        f"reproduce-{name}{suffix}", jsonable({**figures, "markdown": markdown}), echo=False
+        out_name, jsonable({**figures, "markdown": markdown}), echo=False, write=args.write
     )
-    if not args.no_append:
+    append = args.write and not args.no_append
+    if append:
         append_results(markdown)
     print(summary(name, rows, results, info))
     print(f"runs and comparison: {shown_path(cmp_dir)}")
     print(f"wrote {shown_path(path)}")
-    if not args.no_append:
+    if append:
         print(f"appended the table to {shown_path(RESULTS)}")
     return figures
 
@@ -352,6 +427,15 @@ SUMMARY_COLUMNS = (
 )
 
 
+def _paper_short(r: dict) -> str:
+    """The paper's figure for the terminal: the number on its own dataset, else
+    ``— (Book-Crossing)``."""
+    if r["paper_value"] is not None:
+        return fmt(r["paper_value"])
+    other = r["paper_figure"].startswith("— (the paper reports")
+    return f"— ({r['paper_dataset']})" if other else "—"
+
+
 def summary(name: str, rows: list[dict], results: dict, info: dict) -> str:
     """The table for the terminal: our figures and the paper's on one scale, each mode's ratio
     to the central baseline, the rigorous ε; the runs that did not run."""
@@ -363,7 +447,7 @@ def summary(name: str, rows: list[dict], results: dict, info: dict) -> str:
             [
                 r["row"],
                 metric_label(r["metric"]),
-                fmt(r["paper_value"]),
+                _paper_short(r),
                 fmt(r["paper_mode"]),
                 "same run" if same else fmt(r["rigorous_mode"]),
                 fmt(r["baseline_value"]),
@@ -377,23 +461,34 @@ def summary(name: str, rows: list[dict], results: dict, info: dict) -> str:
         "values at the end of each run; ratio = ours / central (paper mode / rigorous mode)",
         text_table(SUMMARY_COLUMNS, cells),
     ]
-    lines += [
+    lines += not_run_lines(results)
+    return "\n".join(lines)
+
+
+def not_run_lines(results: dict) -> list[str]:
+    """``did not run: LABEL: reason``, whole, for every run that did not run."""
+    return [
         f"did not run: {k}: {v.get('reason')}"
         for k, v in results.items()
         if v.get("status") != "ok"
     ]
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     return run_main(PROG, _main, argv)
 
 
-def _main(argv: list[str] | None) -> None:
+def _main(argv: list[str] | None) -> int:
     p = ArgumentParser(PROG, __doc__)
     p.add_argument("paper", help=f"one of {', '.join(PAPERS)}")
     p.add_argument("--quick", action="store_true", help="small budgets (< 10 min), not converged")
-    p.add_argument("--no-append", action="store_true", help="do not append to RESULTS.md")
+    p.add_argument(
+        "--name", default=None, help="benchmarks/out/NAME.json (default reproduce-PAPER-DATASET)"
+    )
+    p.add_argument("--write", action="store_true", help=WRITE_HELP + "; and append to RESULTS.md")
+    p.add_argument(
+        "--no-append", action="store_true", help="with --write: do not append to RESULTS.md"
+    )
     p.add_argument("--dataset", default=None, help="another dataset (default: the paper's row)")
     p.add_argument("--data-dir", default=None, help="default: ../shared/data beside the checkout")
     p.add_argument("--out", default="runs", help="where the runs and comparison go")
@@ -401,7 +496,8 @@ def _main(argv: list[str] | None) -> None:
         "--dry-run", action="store_true", help="check, load the data, list the runs and stop"
     )
     args = p.parse_args(argv)
-    reproduce(args.paper, args)
+    done = reproduce(args.paper, args)
+    return 0 if done or getattr(args, "dry_run", False) else 1
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ privacy figures, wall time; written to benchmarks/out/<name>.json with the machi
     python -m benchmarks.run_report runs/<stamp>-fedlightgcn --name fedlightgcn-gowalla
 
 Works on a run still in progress (the rows written so far; ``complete: false`` until summary.json
-covers the last metrics row).
+covers the last metrics row). A recorded result (a file git tracks) is refused unless ``--write``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ import sys
 from pathlib import Path
 
 from benchmarks.common import (
+    WRITE_HELP,
     ArgumentParser,
     UsageError,
+    claim_result,
     run_main,
     shown_path,
     text_table,
@@ -108,14 +110,14 @@ def _main(argv: list[str] | None) -> None:
     ap = ArgumentParser(PROG, __doc__)
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--name", required=True, help="writes benchmarks/out/NAME.json")
+    ap.add_argument("--write", action="store_true", help=WRITE_HELP)
     args = ap.parse_args(argv)
-    if not args.name or Path(args.name).name != args.name:
-        raise UsageError(f"--name {args.name!r}: a file name")
+    claim_result(args.name, write=args.write)
     if not args.run_dir.is_dir():
         raise UsageError(f"{args.run_dir}: no such run directory")
     with usage_errors(None, (RunDirError,)):  # its message names the file
         figures = summarize(args.run_dir)
-    path = write_result(args.name, figures, echo=False)
+    path = write_result(args.name, figures, echo=False, write=args.write)
     print(summary_table(figures))
     print(f"wrote {shown_path(path)}")
 

@@ -1,7 +1,10 @@
 """The runtime's own cost: wall seconds per round of the trivial `ping` protocol for packed users,
 and the share of a `fedmf` round spent computing vs in codecs vs in transport and scheduling.
 
-    python -m benchmarks.runtime_cost [--users 1000 10000] [--hosts 2] [--rounds 5]
+    python -m benchmarks.runtime_cost [--users 1000 10000] [--hosts 2] [--rounds 5] [--name NAME]
+
+Writes benchmarks/out/NAME.json (default runtime_cost); a recorded result (a file git tracks) is
+refused before anything runs unless --write is given.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import argparse
 import statistics
 import time
 
-from benchmarks.common import write_result
+from benchmarks.common import WRITE_HELP, claim_result, write_result
 from cluster.runtime import start_or_join
 from data.synthetic import synthetic
 from engine import deploy, run_rounds
@@ -53,7 +56,10 @@ def main() -> None:
     ap.add_argument("--users", type=int, nargs="+", default=[1000, 10000])
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--name", default="runtime_cost", help="benchmarks/out/NAME.json")
+    ap.add_argument("--write", action="store_true", help=WRITE_HELP)
     args = ap.parse_args()
+    claim_result(args.name, write=args.write)
     start_or_join(None)
     figures = {}
     for n in args.users:
@@ -66,7 +72,7 @@ def main() -> None:
         ds, build_config(FedMF.Config, {"users_per_round": 512, "pairs": 32, "dim": 64}), 0
     )
     figures["fedmf_2000_users_5000_items_512_per_round"] = measure(fedmf, args.hosts, args.rounds)
-    write_result("runtime_cost", figures)
+    write_result(args.name, figures, write=args.write)
 
 
 if __name__ == "__main__":

@@ -40,8 +40,9 @@ The JSON records per protocol the largest population reached here and an extrapo
 measurement): machines of this one's memory, 70 % usable, needed for ``--extrapolate`` users at the
 marginal PSS per user between the two largest sizes measured (or, from one size, its PSS above
 the floor below, per user). Figures measured on a loaded machine vary with its load.
-Writes benchmarks/out/NAME.json (``--name``, default ``scale``), NAME.png (log-log s/round and peak
-RSS vs users) and prints a table.
+Writes benchmarks/out/NAME.json (``--name``, default ``scale``, ``scale-quick``), NAME.png (log-log
+s/round and peak RSS vs users) and prints a table; a recorded result (a file git tracks) is
+refused before anything runs unless ``--write`` is given.
 """
 
 from __future__ import annotations
@@ -62,13 +63,16 @@ import psutil
 
 from benchmarks.common import (
     OUT,
+    WRITE_HELP,
     ArgumentParser,
     UsageError,
+    claim_result,
     run_main,
     scoped_key_values,
     shown_path,
     text_table,
     usage_errors,
+    writable,
     write_result,
 )
 
@@ -393,6 +397,7 @@ def parse(argv):
     ap.add_argument("--set", action="append", default=[], metavar="PROTOCOL.key=value")
     ap.add_argument("--out", default="runs/bench-scale")
     ap.add_argument("--name", default=None, help="JSON/PNG name (default scale)")
+    ap.add_argument("--write", action="store_true", help=WRITE_HELP)
     ap.add_argument("--quick", action="store_true", help="fedmf at 200 and 400 users, 2 rounds")
     ap.add_argument("--combine", nargs="+", metavar="NAME", help="merge earlier results, no runs")
     args = ap.parse_args(argv)
@@ -409,6 +414,7 @@ def parse(argv):
     args.name = args.name or ("scale-quick" if args.quick else "scale")
     if "/" in args.name or args.name.startswith("."):
         raise UsageError(f"--name {args.name!r}: a file name")
+    claim_result(args.name, write=args.write, suffixes=(".json", ".png"))
     return args
 
 
@@ -491,10 +497,13 @@ def _main(argv) -> int:
     else:
         figures, header = run_sweeps(args)
     OUT.mkdir(exist_ok=True)
-    png = OUT / f"{args.name}.png"
+    png = writable(OUT / f"{args.name}.png", args.write)
     plot(figures, png)
     path = write_result(
-        args.name, {**header, "plot": shown_path(png), "protocols": figures}, echo=False
+        args.name,
+        {**header, "plot": shown_path(png), "protocols": figures},
+        echo=False,
+        write=args.write,
     )
     print(table(figures))
     for protocol, fig in figures.items():

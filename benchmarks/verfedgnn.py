@@ -15,6 +15,10 @@ iterations per second and per-phase seconds on synthetic worlds of N users inste
 
 Model selection: every ``--eval-every`` iterations (federated) or epoch (central) the validation
 RMSE is measured; the test RMSE reported is the one at the best validation RMSE.
+
+Writes benchmarks/out/NAME.json: ``--name``, else ``verfedgnn-DATASET``, ``verfedgnn-attack-DATASET``
+or ``verfedgnn-scale``; a recorded result (a file git tracks) is refused before anything runs
+unless ``--write`` is given.
 """
 
 from __future__ import annotations
@@ -28,7 +32,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.common import write_result
+from benchmarks.common import (
+    WRITE_HELP,
+    claim_result,
+    dataset_tag,
+    result_name,
+    write_result,
+)
 from data.registry import load_dataset
 from models.rating_gnn import build_rating_gnn, global_mean_rmse, train_central
 from protocols.base import build_config
@@ -281,7 +291,10 @@ def main() -> None:
     ap.add_argument("--mf-epochs", type=int, default=300, help="central MF: to convergence")
     ap.add_argument("--variants", default="default,no_projection,laplace")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--name", default="verfedgnn")
+    ap.add_argument(
+        "--name", default=None, help="benchmarks/out/NAME.json (default verfedgnn[-MODE]-DATASET)"
+    )
+    ap.add_argument("--write", action="store_true", help=WRITE_HELP)
     ap.add_argument("--attack", action="store_true", help="the de-anonymization table only")
     ap.add_argument("--attack-rounds", type=int, default=100)
     ap.add_argument(
@@ -310,6 +323,12 @@ def main() -> None:
     )
     ap.add_argument("--no-central", action="store_true", help="skip the central MF/GNN runs")
     args = ap.parse_args()
+    args.name = args.name or (
+        result_name("verfedgnn", "scale")
+        if args.scale
+        else result_name("verfedgnn", "attack" if args.attack else "", dataset_tag(args.dataset))
+    )
+    claim_result(args.name, write=args.write)
     import ray
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -327,7 +346,7 @@ def main() -> None:
             "psi off, packed, 1 CPU thread per host process",
             "scale": {str(n): scale(n, args) for n in args.scale},
         }
-        write_result(args.name, figures)
+        write_result(args.name, figures, write=args.write)
         return
     ds = load_dataset(args.dataset, split="random", test_fraction=0.2, seed=0)
     train, _, test = split_60_20_20(ds, 0)
@@ -339,7 +358,7 @@ def main() -> None:
             "beam 32",
             "attack": attack_table(ds, args.attack_rounds, args.seed, p_ads, args.projection),
         }
-        write_result(args.name, figures)
+        write_result(args.name, figures, write=args.write)
         return
     figures = {
         "dataset": {"name": args.dataset, "users": ds.n_users, "items": ds.n_items},
@@ -373,7 +392,7 @@ def main() -> None:
     figures["finite"] = all(
         math.isfinite(v["test_rmse"]) for v in figures["verfedgnn"].values()
     ) and bool(np.isfinite(figures["global_mean_rmse"]))
-    write_result(args.name, figures)
+    write_result(args.name, figures, write=args.write)
 
 
 if __name__ == "__main__":

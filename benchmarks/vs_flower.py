@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import write_result
+from benchmarks.common import WRITE_HELP, claim_result, result_name, write_result
 
 FLWR_VERSION = "1.42.0"
 HERE = Path(__file__).resolve().parent
@@ -353,7 +353,13 @@ def main() -> None:
         help="stop a Flower run after this long and report the rounds it finished",
     )
     ap.add_argument("--interval", type=float, default=0.25, help="memory sampling period (s)")
+    ap.add_argument(
+        "--name", default=None, help="benchmarks/out/NAME.json (default vs_flower[-quick])"
+    )
+    ap.add_argument("--write", action="store_true", help=WRITE_HELP)
     args = ap.parse_args()
+    name = args.name or result_name("vs_flower", quick=args.quick)
+    claim_result(name, write=args.write)
     clients = args.clients or ([1000] if args.quick else [1000, 10000])
     rounds = args.rounds or (3 if args.quick else 5)
     if rounds < 2:
@@ -422,7 +428,7 @@ def main() -> None:
         "privrec_settings": {"placement": "packed", "hosts": args.hosts},
         "cases": cases,
     }
-    path = write_result("vs_flower", figures)
+    path = write_result(name, figures, write=args.write)
     print()
     print(table(cases))
     print(f"\nwritten to {path}")

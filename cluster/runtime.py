@@ -2,7 +2,9 @@
 
 Knows nothing of protocols or roles: it takes an actor class and how many copies with what
 resources, reserves a placement group whose bundles are spread over the cluster's nodes, and
-starts one actor in each bundle.
+starts one actor in each bundle. Called from inside a placement group that captures its child
+tasks (a Ray Tune trial, benchmarks.tune), it reserves nothing: the actors take the last bundles
+of that group, so that they use what the trial reserved and nothing beside it.
 """
 
 from __future__ import annotations
@@ -56,30 +58,52 @@ LOCAL_SYSTEM_CONFIG = {"free_objects_period_milliseconds": 50}
 LOCAL_HOST = "127.0.0.1"
 
 
+# ``launch.py --dashboard`` (use_dashboard): the next local Ray instance this process starts runs
+# Ray's dashboard, and its address is printed once; a cluster joined with --address is asked for
+# the address of its own dashboard.
+_DASHBOARD = {"wanted": False, "shown": False}
+
+
+def use_dashboard(on: bool = True) -> None:
+    """Start the next local Ray instance of this process with its dashboard (listening on
+    127.0.0.1 like the rest of it: :data:`LOCAL_HOST`) and print its address once on stderr; a
+    joined cluster's dashboard address is printed too. Without it nothing changes."""
+    _DASHBOARD["wanted"] = bool(on)
+    _DASHBOARD["shown"] = False
+
+
 def start_or_join(
     address: str | None = None,
     *,
     num_cpus: int | None = None,
     num_gpus: int | None = None,
     status: Callable[[str], None] | None = None,
+    dashboard: bool | None = None,
 ) -> ClusterInfo:
     """Join the cluster at ``address`` (``"auto"`` or ``HOST:PORT``), or start a local Ray instance.
 
     Re-uses an already initialised Ray session (tests start one per session). ``status`` is told
-    in one line when Ray is started or joined (it takes seconds)."""
+    in one line when Ray is started or joined (it takes seconds). ``dashboard``: start a local
+    instance with Ray's dashboard and print its address once (None: as :func:`use_dashboard`
+    said; off by default)."""
     started = False
+    want_dashboard = _DASHBOARD["wanted"] if dashboard is None else dashboard
     if not ray.is_initialized():
         if status is not None:
             status(f"joining the Ray cluster at {address}…" if address else "starting Ray…")
         os.environ.setdefault("RAY_DEDUP_LOGS", "1")
-        kwargs = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
+        kwargs = dict(
+            include_dashboard=bool(want_dashboard) and not address,
+            logging_level=logging.WARNING,
+            log_to_driver=True,
+        )
         if address:
-            _join(address, kwargs)
+            context = _join(address, kwargs)
         else:
             # "local": a new instance even when a `ray start` cluster runs on this machine (plain
             # ray.init() would join that one); joining is what --address asks for
             with _local_auth_mode(), _driver_path_for_workers(), _loopback_node():
-                ray.init(
+                context = ray.init(
                     address="local",
                     num_cpus=num_cpus,
                     num_gpus=num_gpus,
@@ -89,6 +113,8 @@ def start_or_join(
                     **kwargs,
                 )
         started = True
+        if want_dashboard:
+            _show_dashboard(getattr(context, "dashboard_url", None))
     res = ray.cluster_resources()
     alive = [n for n in ray.nodes() if n.get("Alive")]
     return ClusterInfo(
@@ -100,8 +126,8 @@ def start_or_join(
     )
 
 
-def _join(address: str, kwargs: dict) -> None:
-    """``ray.init(address=...)``, or a :class:`ClusterError` in one line. A cluster that asks for
+def _join(address: str, kwargs: dict):
+    """``ray.init(address=...)`` (its context), or a :class:`ClusterError` in one line. A cluster that asks for
     a token gets it the way Ray reads it (RAY_AUTH_MODE=token and RAY_AUTH_TOKEN /
     RAY_AUTH_TOKEN_PATH / ~/.ray/auth_token); privrec never sends a token on its own. A
     ``HOST:PORT`` is probed first (a TCP connection, then one GCS handshake), so that a wrong
@@ -110,7 +136,7 @@ def _join(address: str, kwargs: dict) -> None:
     if address != "auto":
         _probe(address)
     try:
-        ray.init(address=address, **kwargs)
+        return ray.init(address=address, **kwargs)
     except Exception as e:  # noqa: BLE001 — ConnectionError, AuthenticationError, RuntimeError
         if _is_auth_failure(e):
             raise ClusterError(_auth_message(address)) from None
@@ -121,6 +147,31 @@ def _join(address: str, kwargs: dict) -> None:
                 "`ray start --head`, or pass --address HOST:PORT of its head node"
             ) from None
         raise
+
+
+def dashboard_address(url: str | None) -> str | None:
+    """``http://HOST:PORT`` of a dashboard URL as Ray gives it (``127.0.0.1:8265``, sometimes
+    with the scheme); None when Ray started none."""
+    if not url:
+        return None
+    return url if "://" in url else f"http://{url}"
+
+
+def _show_dashboard(url: str | None) -> None:
+    """Print the dashboard's address once per :func:`use_dashboard` (or per start asked with
+    ``dashboard=True``), on stderr, where a run's other one-line messages go."""
+    if _DASHBOARD["shown"]:
+        return
+    _DASHBOARD["shown"] = True
+    shown = dashboard_address(url)
+    if shown is None:
+        print(
+            "Ray dashboard: not running (is Ray's dashboard installed? pip install 'ray[default]')",
+            file=sys.stderr,
+            flush=True,
+        )
+    else:
+        print(f"Ray dashboard: {shown}", file=sys.stderr, flush=True)
 
 
 def _probe(address: str) -> None:
@@ -277,11 +328,44 @@ def _local_auth_mode():
         os.environ.pop(AUTH_MODE_ENV, None)
 
 
+def current_group():
+    """The placement group this process's new actors belong to: the one it runs in when it was
+    started with ``placement_group_capture_child_tasks`` (a Ray Tune trial: its trainable runs
+    in the first bundle of the trial's placement group), else None (a driver, a plain actor)."""
+    if not ray.is_initialized():
+        return None
+    ctx = ray.get_runtime_context()
+    if not ctx.should_capture_child_tasks_in_placement_group:
+        return None
+    from ray.util.placement_group import get_current_placement_group
+
+    return get_current_placement_group()
+
+
+def group_host_bundles(group, count: int) -> list[int]:
+    """The bundles of ``group`` that ``count`` host actors take: its last ``count`` (the first is
+    the caller's own, as Tune's ``PlacementGroupFactory`` puts the trainable there); a
+    :class:`PlacementError`-like ``RuntimeError`` when there are not enough of them."""
+    n = len(group.bundle_specs)
+    if n < count + 1:
+        raise RuntimeError(
+            f"cannot place {count} host actors in this task's placement group of {n} bundles: "
+            f"the first is the caller's own, so it needs {count + 1} (one more per host actor)"
+        )
+    return list(range(n - count, n))
+
+
 def host_cpu_share(count: int, cap: float = 1.0) -> float:
     """The CPU share each of ``count`` host actors asks for by default: the cluster's CPUs
     divided among them, at most ``cap`` (a host's work is mostly serial), and small enough that
     all ``count`` fit on the nodes as they are: two 1-CPU nodes take 5 hosts of 1/3 CPU, not of
-    0.4 (two per node)."""
+    0.4 (two per node). Inside a placement group (:func:`current_group`): the CPUs of the
+    smallest bundle the hosts take, at most ``cap``."""
+    group = current_group()
+    if group is not None:
+        specs = group.bundle_specs
+        cpus = [specs[i].get("CPU", 0.0) for i in group_host_bundles(group, count)]
+        return min(cap, max(0.01, min(cpus)))
     share = min(cap, max(0.01, ray.cluster_resources().get("CPU", 1.0) / count))
     per_node = [n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")]
 
@@ -307,6 +391,9 @@ class PlacedActors:
     group: object
     make: object = None  # make(i) starts actor i in its bundle (used to replace a dead one)
     key: tuple | None = None  # (class, [count,] resources, cluster) when the actors may be reused
+    # False: ``group`` is the caller's (a Tune trial's), which outlives the actors: kept on kill
+    owns_group: bool = True
+    first: int = 0  # the bundle of actor 0 in ``group`` (actor i: first + i)
 
     def respawn(self, i: int):
         """Start a fresh actor ``i`` in the bundle of the one that died, with the same arguments."""
@@ -326,7 +413,7 @@ class PlacedActors:
         for h in self.handles:
             with contextlib.suppress(Exception):  # already dead
                 ray.kill(h)
-        if self.group is not None:
+        if self.group is not None and self.owns_group:
             with contextlib.suppress(Exception):
                 remove_placement_group(self.group)
 
@@ -442,6 +529,12 @@ def spawn_spread(
         raise ValueError("an actor must ask for some CPU or GPU")
     reusable = callable(getattr(actor_cls, "reset", None))
     name = f"{actor_cls.__module__}.{actor_cls.__qualname__}"
+    group = current_group()
+    if group is not None:  # inside a Tune trial: the trial's own bundles, never more
+        key = (name, count, num_cpus, num_gpus, group.id.hex(), _cluster_id())
+        return _spawn_in_group(
+            actor_cls, group, count, num_cpus, num_gpus, args_for, key if reusable else None
+        )
     if len([n for n in ray.nodes() if n.get("Alive")]) == 1:
         key = (name, num_cpus, num_gpus, _cluster_id())
         return _spawn_solo(
@@ -479,6 +572,30 @@ def _spawn_solo(actor_cls, count, num_cpus, num_gpus, args_for, key) -> PlacedAc
     return PlacedActors(handles, None, make, key)
 
 
+def _spawn_in_group(actor_cls, group, count, num_cpus, num_gpus, args_for, key) -> PlacedActors:
+    """``count`` actors in the last ``count`` bundles of ``group``, the placement group of the
+    task that asks (:func:`current_group`: a Tune trial's), each in its own bundle, so that the
+    actors use what the trial reserved and nothing beside it. The group is the caller's: never
+    removed here. Idle actors of the same group (a trial actor Tune reuses for the next trial
+    keeps its group) are reset instead of started."""
+    placed = _reuse(key, args_for) if key is not None else None
+    if placed is not None:
+        placed.make = _maker(actor_cls, group, num_cpus, num_gpus, args_for, placed.first)
+        return placed
+    indices = group_host_bundles(group, count)
+    specs = group.bundle_specs
+    need = _bundle(num_cpus, num_gpus)
+    for i in indices:
+        if any(specs[i].get(r, 0.0) < amount - 1e-9 for r, amount in need.items()):
+            raise RuntimeError(
+                f"cannot place a host actor of {need} in bundle {i} of this task's placement "
+                f"group ({specs[i]}): ask the group for the hosts' share"
+            )
+    make = _maker(actor_cls, group, num_cpus, num_gpus, args_for, indices[0])
+    handles = [make(i) for i in range(count)]
+    return PlacedActors(handles, group, make, key, owns_group=False, first=indices[0])
+
+
 def _no_room(count: int, bundle: dict):
     res = ray.cluster_resources()
     raise RuntimeError(
@@ -505,9 +622,9 @@ def _spawn(actor_cls, count: int, num_cpus: float, num_gpus: float, args_for) ->
     return PlacedActors([make(i) for i in range(count)], group, make)
 
 
-def _maker(actor_cls, group, num_cpus: float, num_gpus: float, args_for):
-    """make(i): a new actor ``i`` of ``actor_cls`` in bundle i of ``group`` (with no group:
-    wherever its resources are free)."""
+def _maker(actor_cls, group, num_cpus: float, num_gpus: float, args_for, first: int = 0):
+    """make(i): a new actor ``i`` of ``actor_cls`` in bundle ``first + i`` of ``group`` (with no
+    group: wherever its resources are free)."""
     remote_cls = ray.remote(actor_cls)
 
     def make(i: int):
@@ -515,7 +632,7 @@ def _maker(actor_cls, group, num_cpus: float, num_gpus: float, args_for):
         where = {}
         if group is not None:
             where["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                placement_group=group, placement_group_bundle_index=i
+                placement_group=group, placement_group_bundle_index=first + i
             )
         return remote_cls.options(num_cpus=num_cpus, num_gpus=num_gpus, **where).remote(
             *args, **kwargs

@@ -202,6 +202,23 @@ def save_checkpoint(run_dir: Path, state: dict) -> Path:
 # --- loading -----------------------------------------------------------------------------------
 
 
+def _why_none(run_dir: Path) -> str:
+    """Why a run folder has no checkpoint, from its config.json's ``--checkpoint-every``."""
+    import json
+
+    try:
+        settings = json.loads((run_dir / "config.json").read_text())["settings"]
+        every, rounds = int(settings["checkpoint_every"]), int(settings["rounds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "not a run folder, or its run was started without --checkpoint-every"
+    if not every:
+        return "the run was started without --checkpoint-every"
+    return (
+        f"the run stopped before its first checkpoint: --checkpoint-every {every} writes one "
+        f"when round {min(every, rounds) - 1} is done (rounds count from 0)"
+    )
+
+
 def load_checkpoint(run_dir: str | Path) -> dict:
     """The last good checkpoint of ``run_dir``: ``checkpoint.pkl``, or the one before it when that
     one is missing or refused (a crash between the two renames of :func:`save_checkpoint`, a
@@ -225,9 +242,7 @@ def load_checkpoint(run_dir: str | Path) -> dict:
 
 def _load(path: Path) -> dict:
     if not path.is_file():
-        raise CheckpointError(
-            f"{path}: no checkpoint (was the run started with --checkpoint-every?)"
-        )
+        raise CheckpointError(f"{path}: no checkpoint ({_why_none(path.parent)})")
     try:
         data = path.read_bytes()  # once: the bytes verified are the bytes unpickled
     except OSError as e:

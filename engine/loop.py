@@ -12,6 +12,10 @@ Round t (0-based) of ``rounds(protocol, dep, stop, start=s)``, for t = s, …, s
 3. ``metrics = protocol.evaluate(dep, t)`` when t + 1 is a multiple of ``eval_every`` (the
    protocol's ``config.eval_every`` unless given; 0: never) or t is the last round;
 4. ``stats = dep.round_stats()`` — simulated seconds, dropped, late and faulted participants.
+
+Observers of a run (:class:`RoundCallback`: ``on_round(row)`` after each round, ``on_end(summary)``
+once at its end) are given to :func:`engine.runner.run` / :func:`engine.runner.resume` as
+``callbacks``; ``--tensorboard``'s writer is one (engine/tensorboard.py).
 """
 
 from __future__ import annotations
@@ -35,6 +39,38 @@ class RoundResult:
     @property
     def evaluated(self) -> bool:
         return self.metrics is not None
+
+
+class RoundCallback:
+    """An observer of a run: :func:`engine.runner.run` calls ``on_round(row)`` after each round
+    with the row it wrote to metrics.jsonl (round, train, metrics when evaluated, bytes by kind,
+    privacy, simulated seconds, ...), and ``on_end(summary)`` once when the run ends: summary.json's
+    dict, or None when the run stopped (a node failed, Ctrl-C, an error). Both do nothing here."""
+
+    def on_round(self, row: dict) -> None:
+        pass
+
+    def on_end(self, summary: dict | None) -> None:
+        pass
+
+
+def notify_round(callbacks, row: dict) -> None:
+    """``cb.on_round(row)`` for every callback, in order."""
+    for cb in callbacks:
+        cb.on_round(row)
+
+
+def notify_end(callbacks, summary: dict | None) -> None:
+    """``cb.on_end(summary)`` for every callback; each is told even when one before it raised
+    (the first error is raised after all were told)."""
+    error = None
+    for cb in callbacks:
+        try:
+            cb.on_end(summary)
+        except Exception as e:  # noqa: BLE001 — the others still close their files
+            error = error or e
+    if error is not None:
+        raise error
 
 
 def rounds(

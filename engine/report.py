@@ -123,11 +123,13 @@ class RunReport:
         record.setdefault("resumed_with", []).append(entry)
         self.write_config(record)
 
-    def add_round(self, row: dict) -> None:
+    def add_round(self, row: dict) -> dict:
+        """Append ``row`` to metrics.jsonl; returns it as written (the round callbacks' row)."""
         row = _jsonable(row)
         self.rows.append(row)
         self._metrics.write(json.dumps(row) + "\n")
         self._metrics.flush()
+        return row
 
     def write_summary(self, summary: dict) -> None:
         missing = [k for k in SUMMARY_KEYS if k not in summary]

@@ -25,7 +25,7 @@ from cluster.runtime import start_or_join
 from data.types import RecDataset
 from engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from engine.figures import is_number, main_metric
-from engine.loop import rounds
+from engine.loop import RoundCallback, notify_end, notify_round, rounds
 from engine.report import RunReport, dataset_record, new_run_dir, privacy_row
 from nodes.conditions import Conditions
 from nodes.deployment import (
@@ -71,6 +71,10 @@ class RunSettings:
     # --audit: after the run, audit the protocol's mechanism(s) with the run's parameters at the
     # quick sample size (engine/audit.py) and write summary.json's privacy.audit
     audit: bool = False
+    # --tensorboard [DIR]: each round's figures as TensorBoard event files (engine/tensorboard.py):
+    # None: off; "": in <run folder>/tensorboard; DIR: in DIR/<tensorboard_run or run folder name>
+    tensorboard: str | None = None
+    tensorboard_run: str | None = None  # the run's folder under DIR (compare: the protocol's label)
 
 
 @dataclass
@@ -87,16 +91,25 @@ class Plan:
         roles = Counter(role_of(s.nid) for s in self.specs)
         nodes = ", ".join(f"{n} {r}" for r, n in roles.items())
         return (
-            f"{settings.protocol} on {self.protocol.dataset.name}: {settings.rounds} rounds, "
-            f"{len(self.specs)} nodes ({nodes}) on {self.n_hosts} host actors "
-            f"({settings.placement})"
+            f"{settings.protocol} on {self.protocol.dataset.name}: "
+            f"{_count(settings.rounds, 'round')}, {_count(len(self.specs), 'node')} ({nodes}) on "
+            f"{_count(self.n_hosts, 'host actor')} ({settings.placement})"
         )
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 host actor``, ``2 host actors``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def prepare(settings: RunSettings, dataset: RecDataset) -> Plan:
     """Everything of a run that can be built and checked before Ray starts: the Config, the
     protocol on the data (which refuses data it cannot run on), the node specs, the placement
-    and the run conditions against them."""
+    and the run conditions against them; ``--tensorboard`` without the tensorboard package."""
+    if getattr(settings, "tensorboard", None) is not None:
+        from engine.tensorboard import require
+
+        require()  # TensorBoardMissing: one line naming `pip install tensorboard`
     proto_cls = get_protocol(settings.protocol)
     config = settings.params
     if not isinstance(config, ProtocolConfig):
@@ -120,11 +133,26 @@ def prepare(settings: RunSettings, dataset: RecDataset) -> Plan:
 
 
 def run(
-    settings: RunSettings, dataset: RecDataset, dataset_info: dict | None = None
+    settings: RunSettings,
+    dataset: RecDataset,
+    dataset_info: dict | None = None,
+    *,
+    on_round: Callable[[dict], None] | None = None,  # each metrics.jsonl row, as written
+    callbacks: list[RoundCallback] | tuple = (),
 ) -> tuple[Path, dict]:
-    plan = prepare(settings, dataset)
+    """Run ``settings`` on ``dataset`` and write its run report under ``settings.out``; returns
+    the run folder and summary.json's dict. ``callbacks`` (:class:`engine.loop.RoundCallback`)
+    are told each round's metrics.jsonl row and the end of the run (``--tensorboard`` adds its
+    writer); ``on_round(row)`` is a callback's ``on_round`` alone. Ctrl-C raises
+    :class:`RunInterrupted`: one line saying where it stopped and what was saved."""
+    step = f"building {settings.protocol} on the data"
+    try:
+        plan = prepare(settings, dataset)
+        step = "starting Ray"
+        cluster = start_or_join(settings.address, status=_Status(settings))
+    except KeyboardInterrupt:
+        raise RunInterrupted(_interrupted_early(step, settings)) from None
     protocol, config, specs = plan.protocol, plan.config, plan.specs
-    cluster = start_or_join(settings.address, status=_Status(settings))
     check_resources(settings, cluster)
     run_dir = new_run_dir(settings.out, plan.protocol.name)
     report = RunReport(run_dir)
@@ -145,11 +173,35 @@ def run(
     )
     try:
         dep = _deploy(settings, protocol, specs)
-    except BaseException:  # nothing ran: leave no half-written run folder behind
+    except BaseException as e:  # nothing ran: leave no half-written run folder behind
         report.close()
         shutil.rmtree(run_dir, ignore_errors=True)
+        if isinstance(e, KeyboardInterrupt):
+            raise RunInterrupted(_interrupted_early("starting the host actors", settings)) from None
         raise
-    return _drive(settings, config, protocol, dataset, dep, report, run_dir, 0, {}, 0.0, {})
+    return _drive(
+        settings,
+        config,
+        protocol,
+        dataset,
+        dep,
+        report,
+        run_dir,
+        0,
+        {},
+        0.0,
+        {},
+        on_round,
+        callbacks=callbacks,
+    )
+
+
+def _interrupted_early(step: str, settings: RunSettings) -> str:
+    """Ctrl-C before a run's first round: what it was doing; nothing was written."""
+    return (
+        f"{settings.protocol}: interrupted while {step}, before its first round (of "
+        f"{settings.rounds}); nothing was written"
+    )
 
 
 def check_plan(settings: RunSettings, specs: list[NodeSpec]) -> int:
@@ -190,13 +242,22 @@ def resume(
     progress: bool = True,
     checkpoint_every: int | None = None,
     params: dict | None = None,
+    tensorboard: str | None = None,
+    callbacks: list[RoundCallback] | tuple = (),
 ) -> tuple[Path, dict]:
     """Continue the run in ``run_dir`` from its checkpoint up to ``rounds`` rounds in all (None:
     the run's own plan), on the same placement; its metrics.jsonl and summary.json are continued
     as if never interrupted. ``params`` changes protocol parameters from the next round on, only
-    those the protocol's Config names ``RESUMABLE`` (step sizes, reporting); config.json records
-    the change and the new plan."""
-    state, start, rounds = resume_plan(run_dir, rounds)
+    those the protocol's Config names ``RESUMABLE`` (step sizes read afresh every round,
+    reporting); config.json records the change and the new plan. ``tensorboard`` turns
+    ``--tensorboard`` on (a run that had it goes on writing its event files anyway);
+    ``callbacks`` as for :func:`run`."""
+    try:
+        state, start, rounds = resume_plan(run_dir, rounds, params)
+    except KeyboardInterrupt:
+        raise RunInterrupted(
+            f"interrupted while reading the checkpoint of {run_dir}; nothing was changed"
+        ) from None
     state["protocol"].check_rounds(rounds)
     planned = state["settings"].rounds
     settings = dataclasses.replace(
@@ -213,18 +274,34 @@ def resume(
         )
     if checkpoint_every is not None:
         settings.checkpoint_every = checkpoint_every
+    if tensorboard is not None:
+        settings.tensorboard = tensorboard
+    if getattr(settings, "tensorboard", None) is not None:
+        from engine.tensorboard import require
+
+        require()
     # injected faults (--kill-host) are a test of the interrupted run, not replayed on resume
     settings.conditions = dataclasses.replace(settings.conditions, kill_hosts=())
     specs = protocol.node_specs()
     assign_hosts(specs, settings.placement, settings.hosts)
-    start_or_join(settings.address, status=_Status(settings))
-    report = RunReport(Path(run_dir), resume_after=start - 1)
-    dep = _deploy(settings, protocol, specs)
+    step, report, dep = "starting Ray", None, None
     try:
+        start_or_join(settings.address, status=_Status(settings))
+        step = "starting the host actors"
+        report = RunReport(Path(run_dir), resume_after=start - 1)
+        dep = _deploy(settings, protocol, specs)
+        step = "restoring the nodes from the checkpoint"
         dep.restore(state["deployment"])
-    except BaseException:
-        report.close()
-        dep.close()
+    except BaseException as e:
+        if report is not None:
+            report.close()
+        if dep is not None:
+            dep.close()
+        if isinstance(e, KeyboardInterrupt):
+            raise RunInterrupted(
+                f"interrupted while {step}, before round {start}; the checkpoint is unchanged: "
+                f"resume with --resume {run_dir}"
+            ) from None
         raise
     if params or rounds != planned:
         report.record_change(
@@ -242,6 +319,8 @@ def resume(
         state["metrics"],
         state["elapsed"],
         state.get("totals", {}),
+        callbacks=callbacks,
+        saved=start,
     )
 
 
@@ -254,6 +333,9 @@ def resume_plan(
     state = load_checkpoint(run_dir)
     start = state["next_round"]
     planned = state["settings"].rounds
+    if params:  # a parameter that cannot change is refused before the rounds are looked at
+        config = state["protocol"].config
+        _resumed_config(config, resolve_aliases(type(config), params))
     if rounds is None:
         if start >= planned:
             raise CheckpointError(
@@ -265,20 +347,59 @@ def resume_plan(
         raise CheckpointError(
             f"{run_dir}: --rounds must exceed the {start} rounds already done, got {rounds}"
         )
-    if params:
-        config = state["protocol"].config
-        _resumed_config(config, resolve_aliases(type(config), params))
     return state, start, rounds
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a run: the message names the round and how to resume it."""
+    """Ctrl-C during a run: the message (one line) names the step or round, what was saved and,
+    when a checkpoint exists, the resume command."""
 
 
 def _resume_hint(run_dir) -> str:
     if (Path(run_dir) / "checkpoint.pkl").is_file():
         return f"; resume with --resume {run_dir}"
     return "; no checkpoint was written"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _interrupted_in_round(
+    settings: RunSettings, run_dir: Path, rnd: int, saved: int | None, after_last: bool
+) -> str:
+    """Ctrl-C in round ``rnd`` (0-based, as metrics.jsonl counts), or after the last round while
+    the report was written (``after_last``); ``saved``: the round the run's checkpoint resumes
+    at (None: it has none)."""
+    n = settings.rounds
+    if after_last:
+        text = (
+            f"interrupted after the last round ({n - 1}) while writing the report; "
+            f"{run_dir}/metrics.jsonl holds every round, summary.json was not written"
+        )
+        if saved is not None:
+            text += f"; --resume {run_dir} --rounds N (N > {n}) continues the run"
+        return text
+    done = f"{_count(rnd, 'finished round')} in {run_dir}/metrics.jsonl"
+    if saved is not None:
+        if saved < rnd - 1:
+            again = f"; rounds {saved}–{rnd - 1} run again"
+        else:
+            again = f"; round {saved} runs again" if saved == rnd - 1 else ""
+        return (
+            f"interrupted in round {rnd}; resume with --resume {run_dir}: it goes on from round "
+            f"{saved} (the {_ordinal(saved + 1)} of {n}), where its checkpoint was written{again}"
+        )
+    where = f"interrupted in round {rnd} (the {_ordinal(rnd + 1)} of {n})"
+    every = settings.checkpoint_every
+    if every:
+        first = min(every, n) - 1
+        return (
+            f"{where}, before its first checkpoint (--checkpoint-every {every} writes one when "
+            f"round {first} is done): nothing to resume; {done}"
+        )
+    return f"{where}; no checkpoint was written (run with --checkpoint-every N to resume); {done}"
 
 
 def _resumed_config(config: ProtocolConfig, params: dict) -> ProtocolConfig:
@@ -351,20 +472,45 @@ def _deploy(settings: RunSettings, protocol: Protocol, specs: list[NodeSpec]) ->
 
 class _Status:
     """One-line descriptions of a run's long steps on stderr, only with ``settings.progress``:
-    starting Ray and the host actors, and what the protocol reports through
-    :attr:`Deployment.status` (e.g. a key exchange before the first round), named by the round they belong to
-    (:attr:`round`). Printed with ``tqdm.write``, above the progress bar."""
+    starting Ray and the host actors, what the protocol reports through
+    :attr:`Deployment.status` (e.g. a key exchange before the first round) and hosts lost and
+    replaced, named by the round they belong to (:attr:`round`). Printed with ``tqdm.write``,
+    above the progress bar. A text is printed once (a step a protocol repeats every round, such
+    as a graph expansion, says so at its first round only) unless ``once=False`` (faults)."""
 
     def __init__(self, settings: RunSettings):
         self.enabled = settings.progress
         self.name = settings.protocol
         self.round: int | None = None
+        self._said: set[str] = set()
 
-    def __call__(self, text: str) -> None:
-        if not self.enabled:
+    def __call__(self, text: str, once: bool = True) -> None:
+        if not self.enabled or (once and text in self._said):
             return
+        self._said.add(text)
         where = self.name if self.round is None else f"{self.name} round {self.round}"
         tqdm.write(f"{where}: {text}", file=sys.stderr)
+
+
+def fault_lines(faults: list[dict]) -> list[str]:
+    """The status lines of a round's faults: one per host lost and replaced, one for the
+    participants whose handler raised (they sat the round out)."""
+    lines = []
+    for f in faults:
+        if f.get("kind") == "host":
+            took = f.get("recovery_seconds")
+            lines.append(
+                f"host {f['host']} ({f['node_ids']}) died in phase {f['phase']!r}: "
+                f"{f['recovery']}" + (f" ({took:.1f} s)" if is_number(took) else "")
+            )
+    raised = [f for f in faults if f.get("kind") == "exception"]
+    if raised:
+        first = raised[0]
+        lines.append(
+            f"{_count(len(raised), 'participant')} raised and sat out the round (first: "
+            f"{first['node']} in phase {first['phase']!r}: {first['error']})"
+        )
+    return lines
 
 
 def progress_postfix(train: dict, metrics: dict, declared=None) -> dict[str, str]:
@@ -478,17 +624,40 @@ def _stop(
 
 
 def _drive(
-    settings, config, protocol, dataset, dep, report, run_dir, start, metrics, elapsed, totals
+    settings,
+    config,
+    protocol,
+    dataset,
+    dep,
+    report,
+    run_dir,
+    start,
+    metrics,
+    elapsed,
+    totals,
+    on_round=None,
+    *,
+    callbacks=(),
+    saved: int | None = None,
 ):
+    """Rounds ``start`` … ``settings.rounds − 1`` of a deployed run, its report and summary.
+    ``saved``: the round the run's checkpoint on disk resumes at (None: none yet)."""
     from models.baselines import trivial_baselines  # (torch: imported only when a run reports)
 
     t_start = time.perf_counter() - elapsed
     current = start
+    in_rounds = True  # False once the last round is done (the report is being written)
     sim_total = totals.get("sim_seconds", 0.0)
     faults = list(totals.get("faults", []))
     rejected = {k: dict(v) for k, v in totals.get("rejected", {}).items()}  # kind -> reason -> n
     rollback: dict | None = None  # the state at the start of the last snapshot round
+    bar = None
+    callbacks = list(callbacks)
+    if on_round is not None:
+        callbacks.insert(0, _OnRound(on_round))
+    finished = None  # summary.json's dict once written (the callbacks' on_end)
     try:
+        callbacks += _own_callbacks(settings, config, dataset, run_dir, start)
         bar = tqdm(
             desc=settings.protocol,
             unit="round",
@@ -561,7 +730,11 @@ def _drive(
                 "rejected": stats.get("rejected", {}),
                 "faults": stats["faults"],
             }
-            report.add_round(row)
+            # the callbacks (--tensorboard's writer; benchmarks.tune's on_round, by which a
+            # trial reports each evaluation to Tune) get the row as metrics.jsonl holds it
+            notify_round(callbacks, report.add_round(row))
+            for line in fault_lines(stats["faults"]):  # a host lost and replaced, ...
+                status(line, once=False)
             bar.update(1)
             bar.set_postfix(progress_postfix(train, metrics, protocol.main_metric()))
             every_ckpt = settings.checkpoint_every
@@ -582,6 +755,8 @@ def _drive(
                         },
                     },
                 )
+                saved = rnd + 1
+        in_rounds = False
         if dep.has_pending():
             raise RuntimeError("messages were left undelivered at the end of the run")
         wall = time.perf_counter() - t_start
@@ -632,14 +807,56 @@ def _drive(
             "run_dir": str(run_dir),
         }
         report.write_summary(summary)
+        finished = summary
     except HostLostError as e:
         raise HostLostError(f"{e}{_resume_hint(run_dir)}") from None
     except NodeFailure as e:
         _stop(e, settings, dataset, dep, run_dir, rollback, faults + dep.round_stats()["faults"])
         raise
     except KeyboardInterrupt:
-        raise RunInterrupted(f"interrupted in round {current}{_resume_hint(run_dir)}") from None
+        raise RunInterrupted(
+            _interrupted_in_round(settings, Path(run_dir), current, saved, not in_rounds)
+        ) from None
     finally:
-        report.close()
-        dep.close()
+        if bar is not None:  # a bar left open is redrawn under the next run's (compare)
+            bar.close()
+        try:
+            notify_end(callbacks, finished)  # None: the run stopped
+        except Exception:
+            if finished is not None:  # (a stopped run's own error is the one to report)
+                raise
+        finally:
+            report.close()
+            dep.close()
     return run_dir, summary
+
+
+class _OnRound(RoundCallback):
+    """``run(on_round=f)``: ``f(row)`` after each round."""
+
+    def __init__(self, fn: Callable[[dict], None]):
+        self.fn = fn
+
+    def on_round(self, row: dict) -> None:
+        self.fn(row)
+
+
+def _own_callbacks(settings, config, dataset, run_dir, start: int) -> list[RoundCallback]:
+    """The callbacks the settings ask for: ``--tensorboard``'s writer."""
+    tb = getattr(settings, "tensorboard", None)  # (a checkpoint of an older run has no field)
+    if tb is None:
+        return []
+    from engine.tensorboard import TensorBoardWriter, log_dir
+
+    folder = log_dir(tb, run_dir, getattr(settings, "tensorboard_run", None))
+    record = {
+        "protocol": settings.protocol,
+        "dataset": dataset.name,
+        "seed": settings.seed,
+        "rounds": settings.rounds,
+        "placement": settings.placement,
+        "hosts": settings.hosts,
+        "protocol_config": dataclasses.asdict(config),
+        "run_dir": str(run_dir),
+    }
+    return [TensorBoardWriter(folder, start=start, config=record)]

@@ -55,6 +55,9 @@ class HyperGNNTrainer(Trainer):
             raise ValueError("train_items, test_items and neighbours need one entry per user")
         if pairs < 1 or batch_users < 1 or lr <= 0:
             raise ValueError("pairs and batch_users must be ≥ 1 and lr > 0")
+        if item_tags is None or not (sp.issparse(item_tags) or hasattr(item_tags, "shape")):
+            # sp.csr_matrix(None) is an object array scipy refuses with a dtype error
+            raise ValueError("no item tags: DGREC's hyperedges need an [n_items, n_tags] matrix")
         item_tags = sp.csr_matrix(item_tags)
         self.n_items, n_tags = item_tags.shape
         self.train_items = [np.asarray(t, dtype=np.int64) for t in train_items]

@@ -21,6 +21,7 @@ needs_shared_data = pytest.mark.skipif(
 LONGEST_FIRST = [
     "test_two_node_cluster.py",
     "test_faults.py",
+    "test_tune.py",
     "test_golden.py",
     "test_checkpoint.py",
     "test_dropout_vertical_dipsgnn.py",

@@ -31,7 +31,7 @@ def test_quick_writes_round_floor_and_ratio(tmp_path, monkeypatch, ray_local, ca
     monkeypatch.setattr(common, "OUT", tmp_path)
     code = floor.main(["--quick", "--protocols", "dmf", "--profile-top", "2"])
     assert code == 0
-    doc = json.loads((tmp_path / "floor-quick.json").read_text())
+    doc = json.loads((tmp_path / "floor-synthetic-quick.json").read_text())
     assert {"date", "command", "machine", "figures"} <= set(doc)
     fig = doc["figures"]
     assert fig["memcpy_bytes_per_second"] > 0 and fig["quick"] is True
@@ -44,10 +44,10 @@ def test_quick_writes_round_floor_and_ratio(tmp_path, monkeypatch, ray_local, ca
     # the floor's driver gives the runtime's losses and bytes
     assert one["same_losses"] and one["same_bytes"]
     assert len(dmf["profile_floor"]) <= 2 and len(one["profile_driver"]) <= 2
-    table = (tmp_path / "floor-quick.md").read_text()
+    table = (tmp_path / "floor-synthetic-quick.md").read_text()
     assert table.startswith("| protocol | dataset | hosts | round s | floor s | ratio |")
     assert "| dmf | synthetic |" in table
-    assert "floor-quick.json" in capsys.readouterr().out
+    assert "floor-synthetic-quick.json" in capsys.readouterr().out
 
 
 def test_a_mistake_is_one_line(capsys):

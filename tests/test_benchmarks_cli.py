@@ -248,6 +248,7 @@ def test_tune_prints_the_candidates_and_the_json_path(tmp_path, monkeypatch, cap
         }
 
     monkeypatch.setattr(tune, "_run", fake_run)
+    monkeypatch.setattr(tune, "_start_ray", lambda args: None)  # fake runs need no Ray
     argv = [
         "--protocol",
         "fedmf",
@@ -263,6 +264,8 @@ def test_tune_prints_the_candidates_and_the_json_path(tmp_path, monkeypatch, cap
         "t",
         "--out",
         "rr",
+        "--engine",  # the sequential loop (the Ray Tune engine: tests/test_tune.py)
+        "loop",
     ]
     assert tune.main(argv) == 0
     out, err = capsys.readouterr()
@@ -315,7 +318,7 @@ def test_reproduce_announces_each_run_and_shows_progress(tmp_path, monkeypatch, 
         err_lines
     )
     assert "run 3/3: central:lightgcn (baseline) on synthetic, 60 rounds" in err_lines
-    _short_and_not_json(out, Path("out/reproduce-fedpergnn-quick.json"))
+    _short_and_not_json(out, Path("out/reproduce-fedpergnn-synthetic-quick.json"))
     assert "runs and comparison: runs/cmp" in out
     assert "recall@20 (fraction)" in out
 

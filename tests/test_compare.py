@@ -125,9 +125,15 @@ def test_main_metric_and_paper_figures():
     from protocols.base import PaperClaim, PrivacyReport
 
     claim = PrivacyReport(epsilon=3.0, paper=PaperClaim(0.54, "RDP ε at order 1.5")).as_dict()
-    assert paper_figure(claim) == {"value": 0.54, "what": "RDP ε at order 1.5"}
+    assert paper_figure(claim) == {
+        "value": 0.54,
+        "what": "RDP ε at order 1.5",
+        "kind": "epsilon",
+        "composed": None,
+    }
     delta = PrivacyReport(paper=PaperClaim(1 / 3, "δ per release at ε = 0", kind="delta"))
     assert paper_figure(delta.as_dict())["what"].startswith("δ")
+    assert paper_figure(delta.as_dict())["kind"] == "delta"  # shown as a δ, never an ε
     assert paper_figure(PrivacyReport(budget=2.0).as_dict())["value"] == 2.0
     assert paper_figure({"epsilon": 1.0}) is None
 
@@ -284,10 +290,11 @@ def test_a_protocol_that_does_not_fit_the_data_is_listed_with_its_reason(ray_loc
     rows = {r["label"]: r for r in comparison["protocols"]}
     assert set(rows) == {"verfedgnn", "central:gcn"}
     assert "explicit ratings" in rows["verfedgnn"]["reason"]
-    assert "predicts ratings" in rows["central:gcn"]["reason"]
+    # its baseline serves no protocol that ran: not run, said in one line (issue 46)
+    assert rows["central:gcn"]["status"] == "skipped"
+    assert rows["central:gcn"]["reason"] == "skipped: the baseline of verfedgnn, which did not run"
     md = (cmp_dir / "comparison.md").read_text()
     assert f"- verfedgnn: {rows['verfedgnn']['reason']}" in md
-    assert "\n" not in rows["central:gcn"]["reason"]
 
 
 def test_the_terminal_table_fits_120_columns():

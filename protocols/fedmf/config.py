@@ -11,6 +11,7 @@ from protocols.base import ProtocolConfig, require
 @dataclasses.dataclass
 class FedMFConfig(ProtocolConfig):
     ALIASES: ClassVar[dict[str, str]] = {"reg": "l2"}
+    RESUMABLE: ClassVar[tuple[str, ...]] = (*ProtocolConfig.RESUMABLE, "lr_user")  # read each step
 
     dim: int = 64  # d, size of the user and item factors
     users_per_round: int = 256  # |Ū|; 0 = every user every round

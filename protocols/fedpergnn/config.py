@@ -17,6 +17,7 @@ class FedPerGNNConfig(ProtocolConfig):
         "keyservers": "key_servers",
         "laplace": "laplace_scale",
     }
+    RESUMABLE: ClassVar[tuple[str, ...]] = (*ProtocolConfig.RESUMABLE, "lr_user")  # read each step
 
     backbone: str = "lightgcn"  # lightgcn (FedLightGCN) | gat (FedPerGNN, rating prediction)
     dim: int = 64  # d
