@@ -603,7 +603,8 @@ def server_sum(node, spec: SecureSum, inbox: list[Message]) -> SumResult | None:
         self_seeds = [secagg.combine_shares(b_shares.get(u, {}), t) for u in st.survivors]
         pairs = []
         for u in sorted(shared - alive):
-            masked_with_u = [x for x in st.survivors if u in st.sources.get(x, ())]
+            # the survivors that masked with u: its neighbours to whom u's shares went
+            masked_with_u = [x for x in st.graph[u] if x in alive and u in st.sources.get(x, ())]
             if not masked_with_u:
                 continue
             s_sk = secagg.private_key(secagg.combine_shares(s_shares.get(u, {}), t))
