@@ -145,6 +145,65 @@ def test_an_empty_file_is_named(tmp_path, given):
     assert info.value.path == file.resolve()
 
 
+MISSPELT = [
+    (
+        "r.csv",
+        ["user,item,ratng", "1,2,4", "2,2,3"],
+        "r.csv header: column name not recognised: 'ratng' (did you mean 'rating'?); rename it "
+        "to the name meant, or to a name not close to an accepted one to have it ignored",
+    ),
+    (
+        "r.tsv",
+        ["User\tItem\tRatings\tTimestmp", "1\t2\t4\t100", "2\t2\t3\t101"],
+        "r.tsv header: column names not recognised: 'ratings' (did you mean 'rating'?), "
+        "'timestmp' (did you mean 'timestamp'?); rename each",
+    ),
+    (
+        "x.inter",
+        ["user_id:token\titem_id:token\trating:float\ttime_stamp:float", "1\t2\t4\t5"],
+        "x.inter header: column name not recognised: 'time_stamp' (did you mean 'timestamp'?)",
+    ),
+]
+
+
+@pytest.mark.parametrize("given", ["folder", "file"])
+@pytest.mark.parametrize("name, lines, expected", MISSPELT, ids=[m[0] for m in MISSPELT])
+def test_a_misspelt_rating_or_timestamp_column_is_named(tmp_path, given, name, lines, expected):
+    """A column close to an accepted name of a rating or timestamp column that the header lacks
+    is a misspelling, not a column to ignore: left out, explicit data would load as implicit and
+    a protocol needing ratings would blame the data (issue 46)."""
+    file = _write(tmp_path / "d" / name, lines)
+    with pytest.raises(DataFormatError) as info:
+        load_dataset(file.parent if given == "folder" else file, split="random")
+    assert expected in _one_line(info.value) and info.value.path == file.resolve()
+    # named before the split is chosen from the columns: not "no timestamps"
+    with pytest.raises(DataFormatError, match="not recognised"):
+        load_dataset(file.parent if given == "folder" else file, split="temporal")
+
+
+def test_columns_not_close_to_an_accepted_name_are_still_ignored(tmp_path):
+    header = "user,item,rating,comment,times_played,rated_at,item_rating"
+    file = _write(tmp_path / "d" / "r.csv", [header, "1,2,4,ok,3,x,5", "2,2,3,,1,y,4"])
+    d = load_dataset(file)
+    assert d.has_ratings
+    assert d.meta["ignored_columns"] == {
+        "r.csv": ["comment", "times_played", "rated_at", "item_rating"]
+    }
+    # beside a rating column, a near miss of it is a column of its own, ignored
+    _write(file, ["user,item,rating,ratings", "1,2,4,4", "2,2,3,3"])
+    assert load_dataset(file).meta["ignored_columns"] == {"r.csv": ["ratings"]}
+
+
+def test_a_header_without_user_suggests_the_optional_columns_too(tmp_path):
+    file = _write(tmp_path / "d" / "r.csv", ["usr,item,ratng", "1,2,3"])
+    with pytest.raises(DataFormatError) as info:
+        load_dataset(file)
+    assert (
+        "column names not recognised: 'usr' (did you mean 'user'?), 'ratng' (did you mean "
+        "'rating'?)" in _one_line(info.value)
+    )
+
+
 def test_an_inter_file_header_lists_the_accepted_names(tmp_path):
     _write(tmp_path / "rb" / "x.inter", ["user_id:token\tmovie:token", "1\t2"])
     with pytest.raises(DataFormatError) as info:

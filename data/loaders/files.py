@@ -29,7 +29,12 @@ part, a side file or a file of another format is refused with a message to give 
 Column names are matched case-insensitively: user ``user_id``/``user``/``userid``/``uid``; item
 ``item_id``/``item``/``itemid``/``iid``; rating ``rating``/``score``; timestamp
 ``timestamp``/``time``/``ts``/``date``/``datetime``. Other columns are ignored (listed in
-``meta["ignored_columns"]``). Timestamps are numbers or ISO 8601 dates (seconds since 1970);
+``meta["ignored_columns"]``) — but for a name close to an accepted rating or timestamp name (difflib
+ratio >= 0.8, the closeness of the did-you-mean for a missing user or item column) while the
+header has no such column: ``ratng`` is taken for a misspelt rating, and refused in one line
+naming the column and the name meant (``... header: column name not recognised: 'ratng' (did you
+mean 'rating'?); ...``), since leaving it out would load explicit data as implicit (or without
+timestamps) and let a protocol blame the data. Timestamps are numbers or ISO 8601 dates (seconds since 1970);
 fractional ones are replaced by their rank (the order is kept).
 
 Ids of any type are remapped densely: by numeric order when every id of the kind is an
@@ -43,23 +48,39 @@ it holds one CSV/TSV table that is neither a side file nor a split part: that ta
 (empty file, or the missing user/item column with the accepted names and the column names not
 recognised) is then raised as a ``DataFormatError``. An interaction file with a header but no
 rows is refused (``"no rows"``).
+
+Interaction files (and LightGCN social files) are read by pyarrow's CSV reader
+(:mod:`data.loaders.columnar`) wherever it gives exactly what the Python reader (the ``csv``
+module, or ``str.split``, line by line) gives; any file it cannot read so — a malformed row, a
+blank row among the data, a quoted CSV field, text that is not UTF-8, an empty id, a value that
+is not a finite number, ... — is read by the Python reader from the same bytes, which gives the
+same result or raises its error naming the line: the errors are the Python reader's, word for
+word. ``meta["readers"]`` says which reader read each interaction file; ``COLUMNAR = False``
+reads them all with the Python reader. Side files of CSV and RecBole folders are read by the
+Python reader.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import difflib
 import hashlib
 import io
+import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import scipy.sparse as sp
 
 from data.errors import DataFormatError, UnknownLayoutError
+from data.loaders import columnar
 from data.loaders.raw import RawData, concat
 from data.loaders.text import read_bytes
 from data.types import Interactions
@@ -78,6 +99,7 @@ PARTS = (("train", "train"), ("val", "valid"), ("test", "test"))
 SIDE_CSV = {"links": "links", "item_tags": "item_tags", "user_features": "user_features"}
 MISSING = "<missing>"
 EMPTY_TABLE = "empty file: a header line naming a user and an item column was expected"
+CLOSE = 0.8  # difflib ratio from which an unrecognised column name is taken for a misspelling
 
 LOOKED_FOR = (
     "RecBole atomic files (<name>.inter, or <name>.train.inter with <name>.test.inter), "
@@ -149,14 +171,15 @@ def _names_user_item(names: list[str]) -> bool:
 def _header_problem(names: list[str]) -> str | None:
     """What keeps an interaction file's header (lower-cased names) from being read: each
     missing user/item column with the names accepted for it, then the columns that are not
-    recognised (with the accepted name they are closest to, if close); ``None`` if none."""
+    recognised (with the accepted name they are closest to, if close); with a user and an item
+    column, a misspelt optional column (:func:`_misspelt`); ``None`` if none."""
     missing = [
         (what, aliases)
         for what, aliases in (("user id", USER_NAMES), ("item id", ITEM_NAMES))
         if _role(names, aliases) is None
     ]
     if not missing:
-        return None
+        return _misspelt(names)
     problem = " and ".join(
         f"no {what} column (accepted names: {', '.join(aliases)})" for what, aliases in missing
     )
@@ -164,16 +187,55 @@ def _header_problem(names: list[str]) -> str | None:
     unknown = [n for n in names if n not in known]
     if not unknown:
         return f"{problem}; found {', '.join(names)}"
-    wanted = [alias for _, aliases in missing for alias in aliases]
+    wanted = [alias for _, aliases in missing for alias in aliases] + _absent_optional(names)
     shown = []
     for name in unknown:
-        close = difflib.get_close_matches(name, wanted, n=1, cutoff=0.8)
+        close = difflib.get_close_matches(name, wanted, n=1, cutoff=CLOSE)
         shown.append(repr(name) + (f" (did you mean {close[0]!r}?)" if close else ""))
     label = "column name" if len(unknown) == 1 else "column names"
     problem += f"; {label} not recognised: {', '.join(shown)}"
     if len(names) == 1:
         problem += " (columns are separated by a comma, tab, semicolon or '|')"
     return problem
+
+
+def _absent_optional(names: list[str]) -> list[str]:
+    """The accepted names of the optional columns (rating, timestamp) the header lacks."""
+    return [
+        alias
+        for aliases in (RATING_NAMES, TIME_NAMES)
+        if _role(names, aliases) is None
+        for alias in aliases
+    ]
+
+
+def _misspelt(names: list[str]) -> str | None:
+    """The header's columns that are not recognised but are close (difflib ratio >= 0.8, as for
+    a missing user or item column) to an accepted name of an optional column the header lacks:
+    ``ratng`` beside no rating column is a misspelt rating, not a column to leave out (left out,
+    explicit data would load as implicit). ``None`` if none; other columns are ignored."""
+    wanted = _absent_optional(names)
+    known = USER_NAMES + ITEM_NAMES + RATING_NAMES + TIME_NAMES
+    shown = []
+    for name in names:
+        close = [] if name in known else difflib.get_close_matches(name, wanted, 1, CLOSE)
+        if close:
+            shown.append(f"{name!r} (did you mean {close[0]!r}?)")
+    if not shown:
+        return None
+    label, it = ("column name", "it") if len(shown) == 1 else ("column names", "each")
+    return (
+        f"{label} not recognised: {', '.join(shown)}; rename {it} to the name meant, or to a "
+        "name not close to an accepted one to have it ignored"
+    )
+
+
+def _check_misspelt(path: Path, names: list[str]) -> None:
+    """Refuse a misspelt optional column of an interaction file's header before any row is
+    read (so before the split is chosen from the columns the header names)."""
+    problem = _misspelt(names) if _names_user_item(names) else None
+    if problem is not None:
+        raise DataFormatError(path, "header", problem)
 
 
 def _table_problem(path: Path) -> tuple[str | None, str]:
@@ -221,7 +283,9 @@ def detect_layout(root: Path) -> Layout:
                 )
                 if f"{name}.{ext}" in files
             }
-            names = _recbole_names(_first_line(root / (found.get("all") or splits["train"])))
+            main = found.get("all") or splits["train"]
+            names = _recbole_names(_first_line(root / main))
+            _check_misspelt(root / main, names)
             return Layout(
                 "recbole",
                 name,
@@ -279,6 +343,7 @@ def detect_layout(root: Path) -> Layout:
     if candidates or splits:
         main = candidates[0] if candidates else splits["train"]
         _, names = _csv_header(_first_line(root / main))
+        _check_misspelt(root / main, names)
         return Layout(
             "csv",
             root.name,
@@ -406,15 +471,19 @@ class _Reader:
     def __init__(self, layout: Layout):
         self.layout = layout
         self.hashes: dict[str, dict] = {}
+        self.readers: dict[str, str] = {}  # interaction file -> "pyarrow" or "python"
 
-    def text(self, name: str) -> str:
+    def data(self, name: str) -> bytes:
         data = read_bytes(self.layout.root / name, self.layout.name)
         self.hashes[name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-        return _decode(data)
+        return data
 
-    def recbole(self, name: str) -> _Table:
+    def text(self, name: str, data: bytes | None = None) -> str:
+        return _decode(self.data(name) if data is None else data)
+
+    def recbole(self, name: str, data: bytes | None = None) -> _Table:
         path = self.layout.root / name
-        lines = self.text(name).split("\n")
+        lines = self.text(name, data).split("\n")
         head = next((k for k, line in enumerate(lines) if line.strip()), None)
         if head is None:
             raise DataFormatError(path, None, "empty file: a typed header line was expected")
@@ -449,9 +518,9 @@ class _Reader:
             numbers.append(k + 1)
         return _Table(path, names, types, rows, numbers, "tab-separated")
 
-    def csv(self, name: str) -> _Table:
+    def csv(self, name: str, data: bytes | None = None) -> _Table:
         path = self.layout.root / name
-        text = self.text(name)
+        text = self.text(name, data)
         first = next((line for line in text.split("\n") if line.strip()), "")
         delim, _ = _csv_header(first.rstrip("\r"))
         reader = csv.reader(io.StringIO(text), delimiter=delim)
@@ -482,18 +551,131 @@ class _Reader:
             raise DataFormatError(path, None, EMPTY_TABLE)
         return _Table(path, names, ["token"] * len(names), rows, numbers, sep)
 
-    def table(self, name: str) -> _Table:
-        return self.recbole(name) if self.layout.format == "recbole" else self.csv(name)
+    def table(self, name: str, data: bytes | None = None) -> _Table:
+        if self.layout.format == "recbole":
+            return self.recbole(name, data)
+        return self.csv(name, data)
 
-    def ragged(self, name: str) -> tuple[list[list[str]], list[int]]:
+    def ragged(self, name: str, data: bytes | None = None) -> tuple[list[list[str]], list[int]]:
         """Whitespace-separated lines (LightGCN files): fields and line numbers."""
         rows, numbers = [], []
-        for k, line in enumerate(self.text(name).split("\n")):
+        for k, line in enumerate(self.text(name, data).split("\n")):
             fields = line.split()
             if fields:
                 rows.append(fields)
                 numbers.append(k + 1)
         return rows, numbers
+
+
+# --------------------------------------------------------------------------- columnar fast path
+# An interaction file is read by pyarrow (data.loaders.columnar) where that gives exactly what the
+# Python reader above gives; where it cannot tell (a malformed or unusual row, text that is not
+# UTF-8, an empty id, a value that is not a finite number...), the Python reader reads the same
+# bytes: it gives the same result or raises its one-line error naming the line. Side files (links
+# of a CSV/RecBole folder, tags, features) are read by the Python reader.
+
+COLUMNAR = True  # False: the Python reader only (the baseline of benchmarks.data_loading)
+
+
+def _decoded_lines(data: bytes, ends: list[int]) -> Iterator[str]:
+    """The lines of ``data`` as the Python reader's text has them (UTF-8, a leading BOM dropped),
+    each with its ``\\n``; ``ends`` gets the offset of the byte after each line given."""
+    pos = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        stop = len(data) if end < 0 else end + 1
+        ends.append(stop)
+        yield data[pos:stop].decode("utf-8")
+        pos = stop
+
+
+def _fast_header(data: bytes, fmt: str) -> tuple[list[str], str, int] | None:
+    """(column names, delimiter, offset of the first byte after the header) of an interaction
+    table, read as the Python reader reads its header; ``None`` where that reader would find it
+    unreadable or not UTF-8 (it then says so, or decodes latin-1)."""
+    ends: list[int] = []
+    lines = _decoded_lines(data, ends)
+    try:
+        first = next((line for line in lines if line.strip()), None)
+        if first is None:
+            return None
+        if fmt == "recbole":
+            fields = first.rstrip("\n").rstrip("\r").split("\t")
+            for f in fields:
+                if (f.partition(":")[2].strip().lower() or "token") not in RECBOLE_TYPES:
+                    return None
+            return [_clean(f.partition(":")[0]) for f in fields], "\t", ends[-1]
+        delim = _csv_header(first.rstrip("\n").rstrip("\r"))[0]
+        # the lines before `first` are blank, so the csv module's first row is read from it (a
+        # quoted field may go on to the next lines)
+        fields = next(csv.reader(itertools.chain([first], lines), delimiter=delim), [])
+    except (csv.Error, UnicodeDecodeError):
+        return None
+    if all(not f.strip() for f in fields):
+        return None
+    return [_clean(f) for f in fields], delim, ends[-1]
+
+
+def _roles(names: list[str]) -> dict[str, int | None]:
+    return {
+        "user id": _role(names, USER_NAMES),
+        "item id": _role(names, ITEM_NAMES),
+        "rating": _role(names, RATING_NAMES),
+        "timestamp": _role(names, TIME_NAMES),
+    }
+
+
+def _note_ignored(names: list[str], roles: dict, name: str, ignored: dict) -> None:
+    used = {i for i in roles.values() if i is not None}
+    extra = [n for i, n in enumerate(names) if i not in used]
+    if extra:
+        ignored[name] = extra
+
+
+def _fast_table_rows(fmt: str, name: str, data: bytes, ignored: dict) -> _Rows | None:
+    """An interaction table read by pyarrow; ``None``: leave it to the Python reader."""
+    head = _fast_header(data, fmt)
+    if head is None:
+        return None
+    names, delim, start = head
+    if _header_problem(names) is not None:
+        return None
+    roles = _roles(names)
+    cols = columnar.table(
+        data,
+        start,
+        len(names),
+        delim,
+        [i for i in roles.values() if i is not None],
+        csv_rules=fmt != "recbole",
+    )
+    if cols is None:
+        return None
+    r, ts = roles["rating"], roles["timestamp"]
+    user = columnar.ids(cols[roles["user id"]])
+    item = None if user is None else columnar.ids(cols[roles["item id"]])
+    rating = None if item is None or r is None else columnar.floats(cols[r])
+    time = None if item is None or ts is None else columnar.times(cols[ts])
+    if item is None or (r is not None and rating is None) or (ts is not None and time is None):
+        return None
+    _note_ignored(names, roles, name, ignored)
+    return _Rows(user, item, rating, time, name)
+
+
+def _fast_lines(data: bytes, sizes: tuple[int, ...] | None = None):
+    """LightGCN lines read by pyarrow: (tokens, tokens per non-blank line, offset of each line's
+    first token); ``None``: leave them to the Python reader (also when ``sizes`` is given and a
+    line has another number of tokens)."""
+    got = columnar.token_lines(data) if COLUMNAR else None
+    if got is None:
+        return None
+    tokens, counts = got
+    if sizes is not None and not np.isin(counts, sizes).all():
+        return None
+    return tokens, counts, np.cumsum(counts) - counts
+
+
+# --------------------------------------------------------------------------- field conversion
 
 
 def _tokens(table: _Table, index: int, what: str) -> np.ndarray:
@@ -552,26 +734,51 @@ def _times(table: _Table, index: int) -> np.ndarray:
 # --------------------------------------------------------------------------- dense ids
 
 
-def _universe(tokens: np.ndarray) -> np.ndarray:
-    """Distinct tokens in id order: numeric when all are integers, else string order."""
-    uniq = np.unique(tokens)
-    if len(uniq) and all(_INT.fullmatch(t) for t in uniq.tolist()):
-        order = sorted(range(len(uniq)), key=lambda k: (int(uniq[k]), uniq[k]))
+def _universe(tokens: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Distinct tokens in id order: numeric when all are integers, else string order; and
+    whether the order is numeric."""
+    uniq = np.unique(tokens)  # string order
+    values = uniq.tolist()
+    numeric = bool(values) and all(map(_INT.fullmatch, values))
+    if numeric:
+        ints = list(map(int, values))
+        if -(2**63) <= min(ints) and max(ints) < 2**63:
+            # a stable sort keeps the string order among equal values ("007", "7")
+            order = np.argsort(np.array(ints, dtype=np.int64), kind="stable")
+        else:
+            order = sorted(range(len(values)), key=lambda k: (ints[k], values[k]))
         uniq = uniq[np.array(order, dtype=np.int64)]
-    return uniq
+    return uniq, numeric
+
+
+def _distinct(tokens) -> np.ndarray:
+    """A ``str`` array holding every token of ``tokens`` (an array of ``str``, or a pyarrow
+    dictionary array, whose dictionary holds exactly the tokens used)."""
+    if isinstance(tokens, pa.DictionaryArray):
+        return np.array(tokens.dictionary.to_pylist(), dtype=str)
+    return tokens
 
 
 class _IdMap:
-    def __init__(self, tokens: np.ndarray):
-        self.universe = _universe(tokens)
+    def __init__(self, tokens: list):
+        """The ids of the token arrays ``tokens`` (arrays of ``str`` from the Python reader,
+        dictionary arrays from pyarrow's)."""
+        self.universe, self.numeric = _universe(np.concatenate([_distinct(t) for t in tokens]))
         self._order = np.argsort(self.universe, kind="stable")
         self._sorted = self.universe[self._order]
 
     def __len__(self) -> int:
         return len(self.universe)
 
-    def codes(self, tokens: np.ndarray) -> np.ndarray:
-        """int64 codes; -1 for a token outside the universe."""
+    def codes(self, tokens) -> np.ndarray:
+        """int64 codes; -1 for a token outside the universe. ``tokens``: an array of ``str`` or
+        a pyarrow string or dictionary array (coded once per distinct token)."""
+        if isinstance(tokens, (pa.Array, pa.ChunkedArray)):
+            if not isinstance(tokens, pa.DictionaryArray):
+                tokens = pc.dictionary_encode(tokens)
+                tokens = tokens.combine_chunks() if isinstance(tokens, pa.ChunkedArray) else tokens
+            lut = self.codes(np.array(tokens.dictionary.to_pylist(), dtype=str))
+            return lut[columnar.numpy(tokens.indices)]
         tokens = np.asarray(tokens, dtype=str)
         if len(self._sorted) == 0:
             return np.full(len(tokens), -1, dtype=np.int64)
@@ -585,30 +792,29 @@ class _IdMap:
 
 @dataclass
 class _Rows:
-    user: np.ndarray  # str tokens
-    item: np.ndarray
+    user: np.ndarray | pa.DictionaryArray  # str tokens (Python reader) or coded (pyarrow's)
+    item: np.ndarray | pa.DictionaryArray
     rating: np.ndarray | None
     time: np.ndarray | None  # float seconds
     file: str
 
 
 def _table_rows(reader: _Reader, name: str, ignored: dict) -> _Rows:
-    t = reader.table(name)
-    roles = {
-        "user id": _role(t.names, USER_NAMES),
-        "item id": _role(t.names, ITEM_NAMES),
-        "rating": _role(t.names, RATING_NAMES),
-        "timestamp": _role(t.names, TIME_NAMES),
-    }
+    data = reader.data(name)
+    if COLUMNAR:
+        fast = _fast_table_rows(reader.layout.format, name, data, ignored)
+        if fast is not None:
+            reader.readers[name] = "pyarrow"
+            return fast
+    reader.readers[name] = "python"
+    t = reader.table(name, data)
+    roles = _roles(t.names)
     problem = _header_problem(t.names)
     if problem is not None:
         raise DataFormatError(t.path, "header", problem, t.lines[0] - 1 if t.lines else None)
     if not t.rows:
         raise DataFormatError(t.path, None, "no rows: the file has a header but no interactions")
-    used = {i for i in roles.values() if i is not None}
-    extra = [n for i, n in enumerate(t.names) if i not in used]
-    if extra:
-        ignored[name] = extra
+    _note_ignored(t.names, roles, name, ignored)
     r, ts = roles["rating"], roles["timestamp"]
     return _Rows(
         user=_tokens(t, roles["user id"], "user id"),
@@ -620,7 +826,19 @@ def _table_rows(reader: _Reader, name: str, ignored: dict) -> _Rows:
 
 
 def _adjacency_rows(reader: _Reader, name: str, meta: dict) -> _Rows:
-    rows, _ = reader.ragged(name)
+    data = reader.data(name)
+    fast = _fast_lines(data)
+    if fast is not None and (fast[1] > 1).any():  # else the Python reader says "no rows"
+        tokens, counts, first = fast
+        reader.readers[name] = "pyarrow"
+        meta.setdefault("lines_without_items", {})[name] = int((counts == 1).sum())
+        is_item = np.ones(len(tokens), dtype=bool)
+        is_item[first] = False
+        user = columnar.ids(tokens.take(columnar.indices(np.repeat(first, counts - 1))))
+        item = columnar.ids(tokens.take(columnar.indices(np.flatnonzero(is_item))))
+        return _Rows(user, item, None, None, name)
+    reader.readers[name] = "python"
+    rows, _ = reader.ragged(name, data)
     counts = np.array([len(r) - 1 for r in rows], dtype=np.int64)
     meta.setdefault("lines_without_items", {})[name] = int((counts == 0).sum())
     if not counts.sum():
@@ -665,8 +883,14 @@ def _timestamps(rows: list[_Rows], meta: dict) -> list[np.ndarray | None]:
 def _links(reader: _Reader, layout: Layout, users: _IdMap) -> np.ndarray:
     name = layout.side["links"]
     path = layout.root / name
-    if layout.format == "lightgcn":
-        rows, numbers = reader.ragged(name)
+    data = reader.data(name) if layout.format == "lightgcn" else None
+    fast = None if data is None else _fast_lines(data, (2, 3))
+    if fast is not None:
+        tokens, _, first = fast
+        src = tokens.take(columnar.indices(first))
+        dst = tokens.take(columnar.indices(first + 1))
+    elif layout.format == "lightgcn":
+        rows, numbers = reader.ragged(name, data)
         for fields, number in zip(rows, numbers):
             if len(fields) not in (2, 3):
                 raise DataFormatError(
@@ -827,8 +1051,8 @@ def read_folder(layout: Layout, split: str | None) -> RawData:
         rows = [_table_rows(reader, f, ignored) for f in names.values()]
     _check_columns(rows, layout.root)
     times = _timestamps(rows, meta)
-    users = _IdMap(np.concatenate([r.user for r in rows]))
-    items = _IdMap(np.concatenate([r.item for r in rows]))
+    users = _IdMap([r.user for r in rows])
+    items = _IdMap([r.item for r in rows])
     inter = [
         Interactions(
             user=users.codes(r.user),
@@ -859,16 +1083,13 @@ def read_folder(layout: Layout, split: str | None) -> RawData:
         _user_features(reader, layout, users, raw, meta)
     if ignored:
         meta.setdefault("ignored_columns", {}).update(ignored)
+    meta["readers"] = reader.readers
     raw.files = list(reader.hashes)
     meta["file_sha256"] = {n: h["sha256"] for n, h in reader.hashes.items()}
     meta["file_bytes"] = {n: h["bytes"] for n, h in reader.hashes.items()}
     meta["id_order"] = {
-        "users": "numeric" if _all_int(users.universe) else "string",
-        "items": "numeric" if _all_int(items.universe) else "string",
+        "users": "numeric" if users.numeric else "string",
+        "items": "numeric" if items.numeric else "string",
     }
     raw.meta = meta
     return raw
-
-
-def _all_int(universe: np.ndarray) -> bool:
-    return bool(len(universe)) and all(_INT.fullmatch(t) for t in universe.tolist())
