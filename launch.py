@@ -1029,11 +1029,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dashboard(args) -> None:
-    """--dashboard: the local Ray instance this command starts runs Ray's dashboard."""
-    if args.dashboard:
-        from cluster.runtime import use_dashboard
+    """--dashboard: the local Ray instance this command starts runs Ray's dashboard (and without
+    it, none: a second command in one process does not inherit the first one's flag)."""
+    from cluster.runtime import use_dashboard
 
-        use_dashboard()
+    use_dashboard(bool(getattr(args, "dashboard", False)))
 
 
 def _placement_message(e: Exception) -> str:

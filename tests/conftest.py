@@ -91,6 +91,18 @@ def _privrec_home(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def _no_dashboard_left_asked():
+    """``use_dashboard()`` is process state (launch.py --dashboard): a test that asks for it does
+    not leave it asked for the tests after it on the same worker."""
+    from cluster import runtime
+
+    before = dict(runtime._DASHBOARD)
+    yield
+    runtime._DASHBOARD.clear()
+    runtime._DASHBOARD.update(before)
+
+
+@pytest.fixture(autouse=True)
 def _one_torch_thread():
     """Tiny tensors run many times faster on one thread on a loaded 2-core machine."""
     import torch
