@@ -303,8 +303,7 @@ def secagg_round(
         for i, v in enumerate(ids):
             if is_sampled[v]:
                 key = secagg.agree(c_key, pub[v][0], secagg.share_key_info(ROUND, u, v))
-                plain = u.to_bytes(4, "little") + v.to_bytes(4, "little") + b_sh[i] + s_sh[i]
-                sealed.append(secagg.seal(key, plain, ss._aad(ROUND, u, v)))
+                sealed.append(ss.seal_shares(key, ROUND, u, v, b_sh[i], s_sh[i]))
             else:
                 sealed.append(placeholder)
                 held[v][u] = (b_sh[i], s_sh[i])
@@ -355,8 +354,7 @@ def secagg_round(
             src = int(src)
             if is_sampled[src]:
                 key = secagg.agree(c_key, pub[src][0], secagg.share_key_info(ROUND, u, src))
-                plain = secagg.open_sealed(key, ct, ss._aad(ROUND, src, u))
-                held[u][src] = (plain[8 : 8 + secagg.SHARE_BYTES], plain[8 + secagg.SHARE_BYTES :])
+                held[u][src] = ss.open_shares(key, ROUND, src, u, ct)
     harness += time.perf_counter() - t0
     del to_user
     routed = server._secagg  # the server's state after secagg_route: each rate starts from it

@@ -230,7 +230,7 @@ class Node:
             spec is not None
             and dst == spec.server
             and kind in spec.kinds
-            and getattr(self.ctx.conditions, "secure_aggregation", None) is not None
+            and self.secure_aggregation
         ):
             from nodes import secure_sum
 

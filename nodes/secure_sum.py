@@ -408,13 +408,28 @@ def _share(node, spec, st: UserState, m: Message) -> None:
             node.reject(m, "range")
             st.dropped = True
             return
-        plain = me.to_bytes(4, "little") + u.to_bytes(4, "little") + b_shares[i] + s_shares[i]
-        sealed.append(secagg.seal(key, plain, _aad(node.round, me, u)))
+        sealed.append(seal_shares(key, node.round, me, u, b_shares[i], s_shares[i]))
     node.send(SHARES, spec.server, encode_sealed(ids, sealed))
 
 
 def _aad(round_: int, src: int, dst: int) -> bytes:
     return f"privrec secagg/{round_}/{src}->{dst}".encode()
+
+
+def seal_shares(key: bytes, round_: int, src: int, dst: int, b_share: bytes, s_share: bytes):
+    """What user ``src`` sends ``dst`` through the server: its shares of b_src and s_src^SK, sealed
+    under their agreed key with the round and both ids (SEALED_BYTES)."""
+    plain = src.to_bytes(4, "little") + dst.to_bytes(4, "little") + b_share + s_share
+    return secagg.seal(key, plain, _aad(round_, src, dst))
+
+
+def open_shares(key: bytes, round_: int, src: int, dst: int, sealed: bytes) -> tuple[bytes, bytes]:
+    """(share of b_src, share of s_src^SK) of :func:`seal_shares`; SecAggError where the
+    ciphertext does not authenticate or names other users."""
+    plain = secagg.open_sealed(key, sealed, _aad(round_, src, dst))
+    if plain[:8] != src.to_bytes(4, "little") + dst.to_bytes(4, "little"):
+        raise secagg.SecAggError("sealed shares name other users")
+    return plain[8 : 8 + secagg.SHARE_BYTES], plain[8 + secagg.SHARE_BYTES :]
 
 
 def _mask(node, spec, st: UserState, m: Message) -> None:
@@ -437,15 +452,9 @@ def _mask(node, spec, st: UserState, m: Message) -> None:
             return
         try:
             key = secagg.agree(c_sk, c_pk, secagg.share_key_info(node.round, me, u))
-            plain = secagg.open_sealed(key, ct, _aad(node.round, u, me))
+            st.held[u] = open_shares(key, node.round, u, me, ct)
         except secagg.SecAggError:
             node.reject(m, "range")
-            continue
-        if plain[:8] != u.to_bytes(4, "little") + me.to_bytes(4, "little"):
-            node.reject(m, "range")
-            continue
-        sb = plain[8 : 8 + secagg.SHARE_BYTES]
-        st.held[u] = (sb, plain[8 + secagg.SHARE_BYTES :])
     st.masked_with = tuple(sorted(pairs))
     encoded, clipped = fixed_point(node, spec, st.n1).encode(_input(node, spec, st))
     st.encoded = encoded
@@ -616,7 +625,7 @@ def server_sum(node, spec: SecureSum, inbox: list[Message]) -> SumResult | None:
     except secagg.SecAggError as e:
         return _failed(node, str(e))
     total = secagg.remove_masks(st.total, self_seeds, pairs)
-    fp = secagg.FixedPoint(cfg.bound or spec.bound(node.config), max(st.n1, 1))
+    fp = fixed_point(node, spec, st.n1)
     flat = fp.decode(total)
     parts = {kind: flat[s] for kind, s in spec.slices(node.ctx.shared).items()}
     node.report("secagg_users", float(len(alive)))

@@ -37,6 +37,19 @@ _ASCII_SPACE = " \t\n\x0b\x0c\r"
 BLOCK = 1 << 24  # pyarrow's block: a row (a LightGCN line) must fit in one
 
 
+def _unquoted(delimiter: str) -> pcsv.ParseOptions:
+    """Fields split at ``delimiter`` only, as the Python readers split them: no quoting or
+    escaping, no newline inside a value, blank lines skipped."""
+    return pcsv.ParseOptions(
+        delimiter=delimiter,
+        quote_char=False,
+        double_quote=False,
+        escape_char=False,
+        newlines_in_values=False,
+        ignore_empty_lines=True,
+    )
+
+
 def plain_text(data: bytes) -> bool:
     """Whether ``data`` is text the fast path reads as the Python reader does: valid UTF-8 (the
     Python reader falls back to latin-1), no NUL byte (numpy's ``str`` arrays drop trailing NULs)
@@ -124,14 +137,7 @@ def table(
         got = pcsv.read_csv(
             pa.BufferReader(pa.py_buffer(memoryview(data)[start:])),
             read_options=pcsv.ReadOptions(column_names=names, block_size=BLOCK),
-            parse_options=pcsv.ParseOptions(
-                delimiter=delimiter,
-                quote_char=False,
-                double_quote=False,
-                escape_char=False,
-                newlines_in_values=False,
-                ignore_empty_lines=True,
-            ),
+            parse_options=_unquoted(delimiter),
             convert_options=pcsv.ConvertOptions(
                 column_types={n: pa.string() for n in include},
                 include_columns=include,
@@ -235,14 +241,7 @@ def token_lines(data: bytes) -> tuple[pa.Array, np.ndarray] | None:
         got = pcsv.read_csv(
             pa.BufferReader(pa.py_buffer(data)),
             read_options=pcsv.ReadOptions(column_names=["line"], block_size=BLOCK),
-            parse_options=pcsv.ParseOptions(
-                delimiter="\x1f",  # not in the data: one field per line
-                quote_char=False,
-                double_quote=False,
-                escape_char=False,
-                newlines_in_values=False,
-                ignore_empty_lines=True,
-            ),
+            parse_options=_unquoted("\x1f"),  # a byte not in the data: one field per line
             convert_options=pcsv.ConvertOptions(
                 column_types={"line": pa.string()}, strings_can_be_null=False
             ),
