@@ -152,9 +152,12 @@ class Deployment:
         tap: bool = False,
         conditions: Conditions | None = None,
         status: Callable[[str], None] | None = None,
+        default_device: str | None = None,
     ):
         """``tap=True`` keeps a copy of every message sent (tests scan them for private data).
-        ``status`` (:attr:`status`) takes one-line descriptions of long steps."""
+        ``status`` (:attr:`status`) takes one-line descriptions of long steps.
+        ``default_device``: torch's default device while the nodes' code runs on the hosts
+        ("meta": a tensor a node creates without its ``ctx.device`` breaks the run)."""
         # status(text): what the deployment or its protocol is busy with, for a step that takes
         # more than a few seconds (the runner prints it when progress is on; by default nothing)
         self.status: Callable[[str], None] = status if status is not None else _quiet
@@ -176,13 +179,39 @@ class Deployment:
         self.status(
             f"starting {_count(self.n_hosts, 'host actor')} for {_count(len(specs), 'node')}…"
         )
+        conditions = self.conditions  # (the constructor's arguments hold no reference to self)
         self.placed: PlacedActors = spawn_spread(
             Host,
             self.n_hosts,
             num_cpus=cpus_per_host,
             num_gpus=gpus_per_host,
-            args_for=lambda i: ((i, seed, shared, cpus_per_host, self.conditions), {}),
+            args_for=lambda i: (
+                (i, seed, shared, cpus_per_host, conditions, default_device),
+                {},
+            ),
         )
+        try:
+            self._set_up_hosts(specs)
+        except BaseException:  # a node's constructor raised: no half-set-up host is kept
+            self.placed.kill()
+            raise
+        self.ledger = Ledger()
+        # _pending[dst] = [(source host, batch reference)]: a batch dies with its source host
+        self._pending: list[list] = [[] for _ in range(self.n_hosts)]
+        self._pending_local = [0] * self.n_hosts
+        self.steps: list[dict] = []
+        self.tap = tap
+        self.tapped: list = []
+        self.faults: list[dict] = []
+        self._snapshots: list[list] = [
+            [] for _ in range(self.n_hosts)
+        ]  # (round, ref), newest first
+        self._absent: dict[int, int] = {}  # host -> the round its nodes lost to a fault
+        self._round: int | None = None
+        self._new_round_stats(None)
+
+    def _set_up_hosts(self, specs: list[NodeSpec]) -> None:
+        """Give every host its nodes and the route."""
         self.hosts = self.placed.handles
         self.route = {s.nid: h for s, h in zip(specs, self.host_of_spec)}
         self._by_host: dict[int, list] = defaultdict(list)
@@ -200,20 +229,6 @@ class Deployment:
         # the Ray node (machine, or raylet) each host runs on: batches between hosts on different
         # nodes are counted apart (Ledger.crossed_nodes)
         self.host_nodes: list[str] = [i["node_id"] for i in self.host_info()]
-        self.ledger = Ledger()
-        # _pending[dst] = [(source host, batch reference)]: a batch dies with its source host
-        self._pending: list[list] = [[] for _ in range(self.n_hosts)]
-        self._pending_local = [0] * self.n_hosts
-        self.steps: list[dict] = []
-        self.tap = tap
-        self.tapped: list = []
-        self.faults: list[dict] = []
-        self._snapshots: list[list] = [
-            [] for _ in range(self.n_hosts)
-        ]  # (round, ref), newest first
-        self._absent: dict[int, int] = {}  # host -> the round its nodes lost to a fault
-        self._round: int | None = None
-        self._new_round_stats(None)
 
     # --- rounds: snapshots, injected faults, simulated time ------------------------------------
     def _new_round_stats(self, round_: int | None) -> None:

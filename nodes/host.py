@@ -9,6 +9,7 @@ the next superstep, so message bytes travel host to host and never through the d
 
 from __future__ import annotations
 
+import contextlib
 import copyreg
 import ctypes
 import gc
@@ -18,7 +19,7 @@ import pickle
 import sys
 import time
 import traceback
-from collections import defaultdict
+from collections import ChainMap, defaultdict
 
 import numpy as np
 import ray
@@ -54,27 +55,79 @@ def _pick_device() -> tuple:
     return "cpu", gpu_ids
 
 
-def _tensor_from_numpy(array, requires_grad: bool):
+# The device this process's nodes compute on (Host sets it): a tensor or torch generator that sat
+# on its host's device when pickled (a snapshot, checkpoint or rollback) is put back on the device
+# of the host that unpickles it, so that state taken on a GPU host restores on a CPU-only machine
+# and the reverse. The pickle itself holds CPU data only.
+_NODE_DEVICE = "cpu"
+
+
+def _node_device():
     import torch
 
-    t = torch.from_numpy(array)
+    return torch.device(_NODE_DEVICE)
+
+
+def _on_node(device) -> bool:
+    """Whether ``device`` is this process's nodes' device (an index-less "cuda" is cuda:0)."""
+    mine = _node_device()
+    return device.type == mine.type and (device.index or 0) == (mine.index or 0)
+
+
+def _tensor_from_numpy(array, requires_grad: bool, on_node: bool = True):
+    from nodes.device import from_numpy
+
+    t = from_numpy(array)
+    if on_node:
+        t = t.to(_NODE_DEVICE)  # the same tensor on a CPU host
+    return t.requires_grad_() if requires_grad else t
+
+
+def _tensor_to_node_device(t, requires_grad: bool):
+    t = t.to(_NODE_DEVICE)
     return t.requires_grad_() if requires_grad else t
 
 
 def _reduce_tensor(t):
-    """A whole, contiguous CPU tensor pickles as its numpy array (about 4x faster than torch's own
-    reduction for the thousands of small per-user tensors of a host); views, sparse and GPU tensors,
-    bfloat16 and tensors inside an autograd graph keep torch's reduction."""
+    """A tensor on the nodes' device pickles as CPU data and unpickles on the unpickling host's
+    device. A whole, contiguous CPU tensor pickles as its numpy array (about 4x faster than torch's
+    own reduction for the thousands of small per-user tensors of a host); CPU views, sparse and
+    bfloat16 tensors and tensors inside an autograd graph keep torch's reduction (and the CPU)."""
     import torch
 
-    dense = t.layout == torch.strided and t.device.type == "cpu" and t.dtype != torch.bfloat16
+    if t.device.type != "cpu":  # its CPU copy, by the reductions below
+        return _tensor_to_node_device, (t.detach().cpu(), t.requires_grad)
+    dense = t.layout == torch.strided and t.dtype != torch.bfloat16
     if dense and t.grad_fn is None and t.is_contiguous() and t.storage_offset() == 0:
         if t.untyped_storage().nbytes() == t.numel() * t.element_size():
-            return _tensor_from_numpy, (t.detach().numpy(), t.requires_grad)
+            return _tensor_from_numpy, (t.detach().numpy(), t.requires_grad, _on_node(t.device))
     return t.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
 
 
-_DISPATCH: dict | None = None  # copyreg's table plus _reduce_tensor, once torch is loaded
+def _generator_on_node_device(kind: str, state, on_node: bool):
+    """A torch generator unpickled: on the nodes' device when it sat on its host's device, with
+    its state where the device type is the same; on another type of device (a GPU host's state
+    restored on a CPU host, or the reverse) none carries over, so it is seeded from a digest of
+    the state (the draws go on reproducibly, from another stream)."""
+    import hashlib
+
+    import torch
+
+    device = _node_device() if on_node else torch.device(kind)
+    g = torch.Generator(device=device)
+    if device.type == kind:
+        g.set_state(state)
+    else:
+        digest = hashlib.sha256(state.numpy().tobytes()).digest()
+        g.manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+    return g
+
+
+def _reduce_generator(g):
+    return _generator_on_node_device, (g.device.type, g.get_state(), _on_node(g.device))
+
+
+_DISPATCH: dict | None = None  # copyreg's table plus the reductions above, once torch is loaded
 
 
 def _dispatch() -> dict:
@@ -85,6 +138,7 @@ def _dispatch() -> dict:
     if _DISPATCH is None:
         _DISPATCH = copyreg.dispatch_table.copy()
         _DISPATCH[torch.Tensor] = _reduce_tensor
+        _DISPATCH[torch.Generator] = _reduce_generator
     return _DISPATCH
 
 
@@ -97,7 +151,10 @@ def dumps_state(state) -> bytes:
     try:
         pickler.dump(state)
     except (pickle.PicklingError, TypeError, AttributeError):
-        return cloudpickle.dumps(state)
+        buf = io.BytesIO()
+        pickler = cloudpickle.CloudPickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+        pickler.dispatch_table = ChainMap(_dispatch(), cloudpickle.CloudPickler.dispatch_table)
+        pickler.dump(state)
     return buf.getvalue()
 
 
@@ -233,9 +290,23 @@ def _put_batches(outgoing: dict[int, list[Message]], ledger: Ledger, round_: int
 
 
 class Host:
-    def __init__(self, index: int, seed: int, shared: Shared, num_cpus: float, conditions=None):
+    def __init__(
+        self,
+        index: int,
+        seed: int,
+        shared: Shared,
+        num_cpus: float,
+        conditions=None,
+        default_device: str | None = None,
+    ):
+        global _NODE_DEVICE
         self.index = index
         self.device, self.gpu_ids = _pick_device()
+        _NODE_DEVICE = str(self.device)
+        # torch's default device while the nodes' code runs (None: torch's own, the CPU). "meta"
+        # makes a tensor that a node creates without its ctx.device a shapeless placeholder that
+        # breaks the run at its first use beside a real one (--check-device)
+        self.default_device = default_device
         self.threads = max(1, int(round(num_cpus)))  # torch's intra-op threads
         self._torch_ready = False
         self._torch_loaded()
@@ -251,15 +322,32 @@ class Host:
         # what a participant's rollback needs this round (see _handle)
         self._round_log: dict = _round_log(None)
 
-    def reset(self, index: int, seed: int, shared: Shared, num_cpus: float, conditions=None):
+    def reset(
+        self,
+        index: int,
+        seed: int,
+        shared: Shared,
+        num_cpus: float,
+        conditions=None,
+        default_device: str | None = None,
+    ):
         """Become the fresh host the constructor makes with these arguments (cluster.runtime
         reuses an idle host actor rather than start a new process): no node, no mail, torch's
         global RNG as at start."""
         if _FRESH_TORCH_SEED is not None:
             torch = sys.modules["torch"]
             torch.set_rng_state(torch.Generator().manual_seed(_FRESH_TORCH_SEED).get_state())
-        self.__init__(index, seed, shared, num_cpus, conditions)
+        self.__init__(index, seed, shared, num_cpus, conditions, default_device)
         gc.collect()
+
+    def _nodes_code(self):
+        """The context the nodes' own code runs in: torch's default device set to
+        :attr:`default_device` when one is given."""
+        if self.default_device is None:
+            return contextlib.nullcontext()
+        from nodes.device import checking
+
+        return checking(self.default_device)
 
     def _torch_loaded(self) -> None:
         """Once torch is loaded in this process: give it this host's thread count and remember
@@ -282,10 +370,11 @@ class Host:
         if isinstance(specs, (bytes, bytearray)):
             specs = pickle.loads(specs)  # imports the protocol's modules (and torch if they do)
         self._torch_loaded()
-        for cls, nid, kwargs in specs:
-            if nid in self.nodes:
-                raise ValueError(f"node {nid} is already on host {self.index}")
-            self.nodes[nid] = cls(nid, self.ctx, **kwargs)
+        with self._nodes_code():
+            for cls, nid, kwargs in specs:
+                if nid in self.nodes:
+                    raise ValueError(f"node {nid} is already on host {self.index}")
+                self.nodes[nid] = cls(nid, self.ctx, **kwargs)
         self._in_place = None
         return len(self.nodes)
 
@@ -355,6 +444,12 @@ class Host:
         (:meth:`_handle`): put back as it was before this superstep, its outputs and inbox
         discarded, listed in ``faults``. Any other node's exception ends the step at once with
         ``failure`` (node, round, phase, message, traceback), which the driver raises."""
+        with self._nodes_code():
+            return self._step(round_, phase, activate, tap, ctrl, *batches)
+
+    def _step(
+        self, round_: int, phase: str, activate: list[str], tap: bool, ctrl: dict, *batches
+    ) -> dict:
         t0 = time.perf_counter()
         self._torch_loaded()
         cond = self.ctx.conditions

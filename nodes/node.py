@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections import defaultdict
-from collections.abc import Container
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -168,11 +168,27 @@ class Node:
         """Below this many uploads a server skips the round's update (run condition)."""
         return self.ctx.conditions.min_participants
 
-    def torch_generator(self) -> torch.Generator:
-        """A CPU torch generator seeded from this node's RNG stream (draws advance the stream)."""
+    def torch_generator(self, device=None) -> torch.Generator:
+        """A torch generator on ``device`` (default: this node's device) seeded from this node's
+        RNG stream (draws advance the stream)."""
         import torch
 
-        return torch.Generator().manual_seed(int(self.rng.integers(0, 2**63 - 1)))
+        device = self.device if device is None else device
+        return torch.Generator(device=device).manual_seed(int(self.rng.integers(0, 2**63 - 1)))
+
+    def build(self, factory: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+        """The module ``factory()`` makes, initialised on the CPU and moved to this node's device
+        (:func:`nodes.device.build`: the same initial numbers on every device)."""
+        from nodes.device import build
+
+        return build(factory, self.device)
+
+    def tensor(self, data, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``data`` (a numpy array or a tensor) on this node's device (:func:`nodes.device.to_device`:
+        a CPU numpy array shares its memory, as ``torch.from_numpy`` does)."""
+        from nodes.device import to_device
+
+        return to_device(data, self.device, dtype)
 
     # --- where privacy mechanisms draw their noise (privacy/noise.py) ---------------------------
     @property
@@ -199,18 +215,14 @@ class Node:
         """What a torch mechanism draws its noise from (``privacy.ldp``, ``onebit``, ``ternary``,
         DIPSGNN's eq. 7 and DP-SGD take either kind). By default a torch generator: ``seeded``
         where the caller already holds one drawn from this node's stream, else a new one seeded
-        from :attr:`rng` on ``device`` (CPU: what :meth:`torch_generator` gives), as before. With
+        from :attr:`rng` on ``device`` (default: this node's device, :meth:`torch_generator`). With
         ``--secure-rng``, :attr:`noise_rng` (a numpy generator: no torch generator is
         cryptographically secure; the mechanism converts its draws to torch)."""
         if self.secure_rng:
             return self.noise_rng
         if seeded is not None:
             return seeded
-        if device is None:
-            return self.torch_generator()
-        import torch
-
-        return torch.Generator(device=device).manual_seed(int(self.rng.integers(0, 2**63 - 1)))
+        return self.torch_generator(device)
 
     def noise_seed(self) -> int | bytes:
         """A seed from which noise is regenerated on demand (e.g. EdgeRand's noise of one prefix

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
+import ray
 import ray.cloudpickle
 
 from cluster.message import node_id
@@ -186,3 +188,20 @@ def test_a_reused_host_actor_computes_what_a_fresh_one_does(ray_local):
     drain_idle()
     again_pids, *again = one_run()
     assert set(again_pids).isdisjoint(fresh_pids) and seeded(again) == seeded(fresh)
+
+
+def test_a_node_that_cannot_start_leaves_no_host_behind(ray_local):
+    """A deployment whose node's constructor raises gives its host actors' resources back at once
+    (the next deployment must not wait for Python's cycle collector to free them)."""
+    from cluster.runtime import drain_idle
+
+    drain_idle()  # no idle host to reuse: the deployment starts a new one
+    time.sleep(0.5)
+    free = ray.available_resources().get("CPU", 0.0)
+    with pytest.raises(Exception, match="no data for this node"):
+        Deployment([NodeSpec(toy_protocol.BrokenAtStart, "server/0")], seed=0)
+    for _ in range(100):
+        if ray.available_resources().get("CPU", 0.0) >= free:
+            break
+        time.sleep(0.05)
+    assert ray.available_resources().get("CPU", 0.0) >= free

@@ -51,3 +51,39 @@ class GlobalDraw(Node):
         import torch
 
         return float(torch.rand(1))
+
+
+class MakesTensor(Node):
+    """Makes a tensor the way ``how`` says and adds it to one on its own device."""
+
+    role = "server"
+
+    def __init__(self, nid: str, ctx: NodeContext, how: str):
+        super().__init__(nid, ctx)
+        self.how = how
+
+    def handle(self, phase, inbox):
+        import numpy as np
+        import torch
+
+        made = {
+            "torch.zeros": lambda: torch.zeros(3),
+            "torch.from_numpy": lambda: torch.from_numpy(np.ones(3, dtype=np.float32)),
+            "torch.tensor": lambda: torch.tensor([1.0, 2.0, 3.0]),
+            "nn.Linear": lambda: torch.nn.Linear(3, 1).weight[0],
+            "device=": lambda: torch.zeros(3, device=self.device),
+            "self.tensor": lambda: self.tensor(np.ones(3, dtype=np.float32)),
+            "self.build": lambda: self.build(lambda: torch.nn.Linear(3, 1)).weight[0],
+            "nn.Linear(device=)": lambda: torch.nn.Linear(3, 1, device=self.device).weight[0],
+        }[self.how]()
+        mine = torch.ones(3, device=self.device)
+        self.report("sum", float((made.detach() + mine).sum()))
+
+
+class BrokenAtStart(Node):
+    """A node whose constructor raises."""
+
+    role = "server"
+
+    def __init__(self, nid: str, ctx: NodeContext):
+        raise ValueError("no data for this node")
