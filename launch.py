@@ -219,6 +219,13 @@ def _add_run_arguments(p: argparse.ArgumentParser, *, rounds_default: int | None
         "(python -m benchmarks.audit: every mechanism at full size)",
     )
     p.add_argument(
+        "--check-device",
+        action="store_true",
+        help="run the nodes' code with torch's default device 'meta', so that a tensor a role "
+        "makes without its node's device (self.device, self.tensor, self.build) fails the run "
+        "here, on the CPU, as it would on a GPU host (slower; for protocol authors)",
+    )
+    p.add_argument(
         "--dry-run",
         action="store_true",
         help="load the data, build and check everything (parameters, placement, conditions), "
@@ -1059,6 +1066,7 @@ def _settings(args, conditions, **fields):
         adversaries=getattr(args, "adversaries", None),
         audit=args.audit,
         tensorboard=getattr(args, "tensorboard", None),
+        check_device=getattr(args, "check_device", False),
         **fields,
     )
 

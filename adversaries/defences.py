@@ -196,8 +196,7 @@ def defended_step(table, optimizer, uploads: list[tuple[np.ndarray, np.ndarray]]
     """The aggregating role's step on row-sparse ``uploads``: the plain mean
     (``protocols.sparse_rows.step_on_mean``) without a defence, else the defence's aggregate
     (:func:`aggregate_rows`), then one optimizer step on ``table``."""
-    import torch
-
+    from cluster.device import to_device
     from protocols.sparse_rows import step_on_mean
 
     if threat is None or not threat.defence:
@@ -206,7 +205,7 @@ def defended_step(table, optimizer, uploads: list[tuple[np.ndarray, np.ndarray]]
     if not uploads:
         return
     total = aggregate_rows(uploads, tuple(table.shape), threat.defence, dict(threat.defence_params))
-    table.grad = torch.from_numpy(total.astype(np.float32))
+    table.grad = to_device(total.astype(np.float32), table.device)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 

@@ -75,6 +75,9 @@ class RunSettings:
     # None: off; "": in <run folder>/tensorboard; DIR: in DIR/<tensorboard_run or run folder name>
     tensorboard: str | None = None
     tensorboard_run: str | None = None  # the run's folder under DIR (compare: the protocol's label)
+    # --check-device: the nodes' code runs with torch's default device "meta", so a tensor a role
+    # creates without its ctx.device breaks the run (what a GPU host would find later)
+    check_device: bool = False
 
 
 @dataclass
@@ -244,9 +247,12 @@ def resume(
     params: dict | None = None,
     tensorboard: str | None = None,
     callbacks: list[RoundCallback] | tuple = (),
+    gpus_per_host: float | None = None,
 ) -> tuple[Path, dict]:
     """Continue the run in ``run_dir`` from its checkpoint up to ``rounds`` rounds in all (None:
-    the run's own plan), on the same placement; its metrics.jsonl and summary.json are continued
+    the run's own plan), on the same placement (``gpus_per_host``: another GPU share per host;
+    None keeps the run's, except that a run that had GPUs resumes on the CPU of a local machine
+    without one — the nodes' state moves to the device of the host that restores it); its metrics.jsonl and summary.json are continued
     as if never interrupted. ``params`` changes protocol parameters from the next round on, only
     those the protocol's Config names ``RESUMABLE`` (step sizes read afresh every round,
     reporting); config.json records the change and the new plan. ``tensorboard`` turns
@@ -280,6 +286,14 @@ def resume(
         from engine.tensorboard import require
 
         require()
+    if gpus_per_host is not None:
+        settings.gpus_per_host = gpus_per_host
+    elif settings.gpus_per_host and settings.address is None and not _local_gpus():
+        _Status(settings)(
+            f"the run had {settings.gpus_per_host:g} GPU per host; this machine has no CUDA GPU: "
+            "it resumes on the CPU"
+        )
+        settings.gpus_per_host = 0.0
     # injected faults (--kill-host) are a test of the interrupted run, not replayed on resume
     settings.conditions = dataclasses.replace(settings.conditions, kill_hosts=())
     specs = protocol.node_specs()
@@ -426,6 +440,7 @@ def deploy(
     cpus_per_host: float | None = None,
     specs: list[NodeSpec] | None = None,
     status: Callable[[str], None] | None = None,
+    default_device: str | None = None,
 ) -> Deployment:
     """The deployment of ``protocol``'s nodes on Ray (started or joined already): its node specs
     (or ``specs``, when the caller made them already), its seed and shared values, on ``hosts``
@@ -444,6 +459,7 @@ def deploy(
         tap=tap,
         conditions=conditions,
         status=status,
+        default_device=default_device,
     )
 
 
@@ -467,6 +483,7 @@ def _deploy(settings: RunSettings, protocol: Protocol, specs: list[NodeSpec]) ->
         cpus_per_host=settings.cpus_per_host,
         specs=specs,
         status=_Status(settings),
+        default_device="meta" if settings.check_device else None,
     )
 
 

@@ -118,7 +118,7 @@ def rank_prefixes(
         tensors = _batch(
             model, prefixes[start:stop], users[start:stop], features, max_weight, device
         )
-        scores = model(**tensors).float().cpu()
+        scores = model(**tensors).float()
         top = topk_excluding(scores, [np.zeros(0, dtype=np.int64)] * (stop - start), k)
-        out[start:stop] = top.numpy()
+        out[start:stop] = top.cpu().numpy()
     return out

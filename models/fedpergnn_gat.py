@@ -31,6 +31,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from cluster.device import to_device
+
 
 @dataclass
 class LocalGATGraph:
@@ -48,19 +50,20 @@ class LocalGATGraph:
 
     @property
     def item_nodes(self) -> torch.Tensor:
-        return torch.arange(1, 1 + self.n_items)
+        return torch.arange(1, 1 + self.n_items, device=self.edge_index.device)
 
     @property
     def candidate_nodes(self) -> torch.Tensor:
         start = 1 + self.n_items + self.n_nbrs
-        return torch.arange(start, start + self.n_candidates)
+        return torch.arange(start, start + self.n_candidates, device=self.edge_index.device)
 
 
 def build_local_gat_graph(
-    n_items: int, nbr_links: tuple[np.ndarray, np.ndarray], n_candidates: int = 0
+    n_items: int, nbr_links: tuple[np.ndarray, np.ndarray], n_candidates: int = 0, device="cpu"
 ) -> LocalGATGraph:
     """``nbr_links`` = (neighbour index, local item index) pairs: neighbour v shares the item at
-    that position of I_u. Raises ValueError on links outside the graph."""
+    that position of I_u; the edges on ``device``. Raises ValueError on links outside the
+    graph."""
     if n_items < 0 or n_candidates < 0:
         raise ValueError(f"n_items and n_candidates must be >= 0, got {n_items}, {n_candidates}")
     v = np.asarray(nbr_links[0], dtype=np.int64)
@@ -77,7 +80,7 @@ def build_local_gat_graph(
     zeros_i, zeros_c = np.zeros(n_items, np.int64), np.zeros(n_candidates, np.int64)
     src = np.concatenate([zeros_i, items, nbrs, linked, zeros_c])
     dst = np.concatenate([items, zeros_i, linked, nbrs, cand])
-    edge_index = torch.from_numpy(np.stack([src, dst]).astype(np.int64))
+    edge_index = to_device(np.stack([src, dst]).astype(np.int64), device)
     return LocalGATGraph(n_items, n_nbrs, n_candidates, edge_index)
 
 

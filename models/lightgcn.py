@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from cluster.device import build, to_device
 from models.bpr import neg_log_sigmoid, sample_negatives
 from models.metrics import full_ranking_metrics
 from models.trainer import Trainer
@@ -63,8 +64,8 @@ def edge_weights(src: torch.Tensor, dst: torch.Tensor, n_nodes: int) -> torch.Te
 
 
 def sort_edges(src: torch.Tensor, dst: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    order = np.lexsort((src.numpy(), dst.numpy()))
-    order = torch.from_numpy(order)
+    order = np.lexsort((src.cpu().numpy(), dst.cpu().numpy()))
+    order = to_device(order, src.device)
     return src[order], dst[order]
 
 
@@ -162,8 +163,8 @@ class LightGCN(torch.nn.Module):
     def set_graph(self, users: np.ndarray, items: np.ndarray) -> None:
         """The training interactions (duplicates collapse) as a symmetric normalised graph."""
         pairs = np.unique(np.stack([users, items], 1), axis=0)
-        u = torch.from_numpy(pairs[:, 0]).long()
-        i = torch.from_numpy(pairs[:, 1]).long() + self.n_users
+        u = to_device(pairs[:, 0], "cpu").long()
+        i = to_device(pairs[:, 1], "cpu").long() + self.n_users
         src, dst = sort_edges(torch.cat([u, i]), torch.cat([i, u]))
         dev = self.user.device
         self.src, self.dst = src.to(dev), dst.to(dev)
@@ -175,7 +176,12 @@ class LightGCN(torch.nn.Module):
         with warnings.catch_warnings():  # "sparse CSR support is in beta"
             warnings.simplefilter("ignore", UserWarning)
             self.adjacency = torch.sparse_csr_tensor(
-                crow, self.src, self.w.to(self.user.dtype), size=(n, n), check_invariants=True
+                crow,
+                self.src,
+                self.w.to(self.user.dtype),
+                size=(n, n),
+                device=dev,
+                check_invariants=True,
             )
 
     def forward(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -233,10 +239,12 @@ class RankingTrainer(Trainer):
             raise ValueError(f"dataset {dataset.name!r} has no training interactions")
         self.dataset, self.device = dataset, torch.device(device)
         self.l2, self.batch_size, self.eval_k = l2, batch_size, eval_k
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator(device="cpu").manual_seed(seed)
         self.rng = np.random.default_rng(seed)
-        self.model = LightGCN(dataset.n_users, dataset.n_items, dim, layers, item_side, gen)
-        self.model = self.model.to(self.device)
+        self.model = build(
+            lambda: LightGCN(dataset.n_users, dataset.n_items, dim, layers, item_side, gen),
+            self.device,
+        )
         self.model.set_graph(dataset.train.user, dataset.train.item)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
         self.train_items = dataset.train.items_by_user(dataset.n_users)
@@ -274,8 +282,7 @@ class RankingTrainer(Trainer):
         for start in range(0, len(order), self.batch_size):
             b = order[start : start + self.batch_size]
             u, i, j = (
-                torch.from_numpy(a[b]).to(self.device)
-                for a in (self.users_all, self.pos_all, neg_all)
+                to_device(a[b], self.device) for a in (self.users_all, self.pos_all, neg_all)
             )
             loss = self.model.loss(u, i, j, self.l2)
             self.optimizer.zero_grad()
@@ -386,8 +393,8 @@ def build_local_graphs(
         ni = base_item + item_off[b] + np.asarray(i, dtype=np.int64)
         src_parts += [users, items, nv, ni]
         dst_parts += [items, users, ni, nv]
-    src = torch.from_numpy(np.concatenate(src_parts).astype(np.int64))
-    dst = torch.from_numpy(np.concatenate(dst_parts).astype(np.int64))
+    src = to_device(np.concatenate(src_parts).astype(np.int64), "cpu")
+    dst = to_device(np.concatenate(dst_parts).astype(np.int64), "cpu")
     src, dst = sort_edges(src, dst)
     n_nodes = base_nbr + int(nbr_off[-1])
     return LocalGraphs(

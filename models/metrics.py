@@ -21,6 +21,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from cluster.device import to_device
+
 __all__ = [
     "topk_excluding",
     "ranking_metrics",
@@ -175,7 +177,7 @@ def _mask_and_rank(scores: torch.Tensor, exclude: Any, k: int) -> torch.Tensor:
     rows, cols = _exclusion_pairs(exclude, n_rows, n_items)
     if rows.size:
         dev = scores.device
-        scores[torch.from_numpy(rows).to(dev), torch.from_numpy(cols).to(dev)] = float("-inf")
+        scores[to_device(rows, dev), to_device(cols, dev)] = float("-inf")
     return _topk_lowest_index_ties(scores, k)
 
 
@@ -318,9 +320,9 @@ def own_table_ranking_metrics(
     ``item_mats[b] @ user_vecs[b]``, training items excluded. When every entry of ``item_mats``
     is the same array (one broadcast), the scores are one product ``user_vecs @ table.T``."""
     if all(m is item_mats[0] for m in item_mats):
-        scores = user_vecs @ torch.from_numpy(item_mats[0]).T
+        scores = user_vecs @ to_device(item_mats[0], user_vecs.device).T
     else:
-        scores = torch.stack([torch.from_numpy(m) @ u for u, m in zip(user_vecs, item_mats)])
+        scores = torch.stack([to_device(m, u.device) @ u for u, m in zip(user_vecs, item_mats)])
     top = topk_excluding(scores, train_items, k)
     return ranking_metrics(top, test_items, ks=(k,))
 
@@ -357,9 +359,9 @@ def own_table_target_exposure(
     """:func:`target_exposure` at ``k`` when user b scores every item with its own copy
     ``item_mats[b]`` of the item table (as :func:`own_table_ranking_metrics`)."""
     if all(m is item_mats[0] for m in item_mats):
-        scores = user_vecs @ torch.from_numpy(item_mats[0]).T
+        scores = user_vecs @ to_device(item_mats[0], user_vecs.device).T
     else:
-        scores = torch.stack([torch.from_numpy(m) @ u for u, m in zip(user_vecs, item_mats)])
+        scores = torch.stack([to_device(m, u.device) @ u for u, m in zip(user_vecs, item_mats)])
     return target_exposure(topk_excluding(scores, train_items, k), train_items, targets)
 
 

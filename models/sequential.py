@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from cluster.device import build, to_device
 from data.features import feature_cardinality, feature_values, public_ranges, select_features
 from data.sequences import pooled_interactions, training_prefixes, user_sequences
 from data.types import RecDataset
@@ -95,19 +96,22 @@ class SequentialTrainer(Trainer):
             kinds = select_features(dataset, features)
             feats = clean_feature_matrix(dataset, self.users, kinds, feature_ranges)
             n_slots = feats.shape[1]
-            self.features = torch.from_numpy(feats).to(self.device)
+            self.features = to_device(feats, self.device)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self.model = DIPSGNN(
-                dataset.n_items,
-                n_slots,
-                use_features=use_features,
-                hidden_dim=dim,
-                user_dim=user_dim,
-                steps=layers,
-                clip_norm=clip_norm,
-                sigma=0.0,
-            ).to(self.device)
+            self.model = build(
+                lambda: DIPSGNN(
+                    dataset.n_items,
+                    n_slots,
+                    use_features=use_features,
+                    hidden_dim=dim,
+                    user_dim=user_dim,
+                    steps=layers,
+                    clip_norm=clip_norm,
+                    sigma=0.0,
+                ),
+                self.device,
+            )
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr, weight_decay=l2)
         self.order_rng = np.random.default_rng(seed)
         self.noise = torch.Generator(device=self.device).manual_seed(seed)  # unused: σ = 0

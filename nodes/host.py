@@ -75,7 +75,7 @@ def _on_node(device) -> bool:
 
 
 def _tensor_from_numpy(array, requires_grad: bool, on_node: bool = True):
-    from nodes.device import from_numpy
+    from cluster.device import from_numpy
 
     t = from_numpy(array)
     if on_node:
@@ -345,7 +345,7 @@ class Host:
         :attr:`default_device` when one is given."""
         if self.default_device is None:
             return contextlib.nullcontext()
-        from nodes.device import checking
+        from cluster.device import checking
 
         return checking(self.default_device)
 

@@ -178,15 +178,15 @@ class Node:
 
     def build(self, factory: Callable[[], torch.nn.Module]) -> torch.nn.Module:
         """The module ``factory()`` makes, initialised on the CPU and moved to this node's device
-        (:func:`nodes.device.build`: the same initial numbers on every device)."""
-        from nodes.device import build
+        (:func:`cluster.device.build`: the same initial numbers on every device)."""
+        from cluster.device import build
 
         return build(factory, self.device)
 
     def tensor(self, data, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """``data`` (a numpy array or a tensor) on this node's device (:func:`nodes.device.to_device`:
+        """``data`` (a numpy array or a tensor) on this node's device (:func:`cluster.device.to_device`:
         a CPU numpy array shares its memory, as ``torch.from_numpy`` does)."""
-        from nodes.device import to_device
+        from cluster.device import to_device
 
         return to_device(data, self.device, dtype)
 

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from cluster.device import to_device
 from privacy.noise import normal_tensor, uniform_tensor
 
 
@@ -129,7 +130,7 @@ def choose_pseudo_items(
     m: int,
     generator: Generator,
 ) -> torch.Tensor:
-    """m distinct item ids (int64, random order) drawn uniformly among 0..n_items-1 minus
+    """m distinct item ids (int64 on the CPU, random order) drawn uniformly among 0..n_items-1 minus
     ``real_items``. Exact: the first m distinct admissible values of an i.i.d. uniform stream
     form a uniform m-subset; when few items are free, a permutation of the complement is used."""
     _check_generator(generator)
@@ -137,7 +138,7 @@ def choose_pseudo_items(
     if isinstance(real_items, torch.Tensor):
         real = real_items.detach().cpu().to(torch.int64)
     else:
-        real = torch.as_tensor(np.asarray(real_items, dtype=np.int64))
+        real = torch.as_tensor(np.asarray(real_items, dtype=np.int64), device="cpu")
     real = real.reshape(-1).unique()
     if n_items <= 0:
         raise ValueError(f"n_items must be positive, got {n_items}")
@@ -147,13 +148,13 @@ def choose_pseudo_items(
     if not 0 <= m <= free:
         raise ValueError(f"cannot choose m={m} pseudo items: {free} items are not interacted")
     if m == 0:
-        return torch.zeros(0, dtype=torch.int64)
+        return torch.zeros(0, dtype=torch.int64, device="cpu")
     if 4 * m >= free:
-        mask = torch.ones(n_items, dtype=torch.bool)
+        mask = torch.ones(n_items, dtype=torch.bool, device="cpu")
         mask[real] = False
         complement = mask.nonzero().flatten()
         if isinstance(generator, np.random.Generator):
-            order = torch.from_numpy(generator.permutation(free).astype(np.int64))
+            order = to_device(generator.permutation(free).astype(np.int64), "cpu")
         else:
             order = torch.randperm(free, generator=generator, device=generator.device).cpu()
         return complement[order[:m]]
@@ -177,7 +178,7 @@ def choose_pseudo_items(
         taken[new] = True
         picked.append(new)
         need -= len(new)
-    return torch.from_numpy(np.concatenate(picked).astype(np.int64))
+    return to_device(np.concatenate(picked).astype(np.int64), "cpu")
 
 
 def perturbed_upload(

@@ -98,16 +98,16 @@ def _np_dtype(dtype):
 def uniform_tensor(generator: np.random.Generator, shape: Sequence[int], dtype, device=None):
     """Uniforms on [0, 1) drawn from a numpy ``generator``, as a torch tensor of ``dtype`` on
     ``device`` (drawn on the CPU, then moved)."""
-    import torch
+    from cluster.device import to_device
 
     u = generator.random(tuple(int(s) for s in shape), dtype=_np_dtype(dtype))
-    return torch.from_numpy(u).to(device=device, dtype=dtype)
+    return to_device(u, device, dtype)
 
 
 def normal_tensor(generator: np.random.Generator, shape: Sequence[int], dtype, device=None):
     """Standard normals drawn from a numpy ``generator``, as a torch tensor of ``dtype`` on
     ``device`` (drawn on the CPU, then moved)."""
-    import torch
+    from cluster.device import to_device
 
     z = generator.standard_normal(tuple(int(s) for s in shape), dtype=_np_dtype(dtype))
-    return torch.from_numpy(z).to(device=device, dtype=dtype)
+    return to_device(z, device, dtype)

@@ -44,6 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from cluster.device import to_device
+
 ROW_BLOCK = 256  # rows of Φ drawn from one seeded generator: part of Φ's definition
 
 
@@ -79,11 +81,11 @@ def projection_rows(
     for block in range(start // ROW_BLOCK, -(-stop // ROW_BLOCK)):
         lo = block * ROW_BLOCK
         rows = min(ROW_BLOCK, q - lo)
-        gen = torch.Generator().manual_seed(_block_seed(seed, block))
-        chunk = torch.randn(rows, n, generator=gen, dtype=torch.float32)
+        gen = torch.Generator(device="cpu").manual_seed(_block_seed(seed, block))
+        chunk = torch.randn(rows, n, generator=gen, dtype=torch.float32, device="cpu")
         parts.append(chunk[max(start - lo, 0) : min(stop - lo, rows)])
     if not parts:
-        return torch.zeros(0, n, dtype=dtype)
+        return torch.zeros(0, n, dtype=dtype, device="cpu")
     out = torch.cat(parts) if len(parts) > 1 else parts[0]
     return out.mul_(1.0 / float(np.sqrt(q))).to(dtype)
 
@@ -128,17 +130,18 @@ class SparseProjection:
     def __post_init__(self) -> None:
         _check_dims(self.q, self.n, self.seed)
 
-    def hashes(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(bucket h(j) ∈ [q], sign s(j) ∈ {±1}) for every column j, as CPU tensors [n]."""
+    def hashes(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """(bucket h(j) ∈ [q], sign s(j) ∈ {±1}) for every column j, as tensors [n] on
+        ``device`` (drawn on the CPU: the same Φ on every device)."""
         rng = np.random.default_rng(np.random.SeedSequence([int(self.seed), 0x5C0E]))
         bucket = rng.integers(0, self.q, self.n)
         sign = 1.0 - 2.0 * rng.integers(0, 2, self.n)
-        return torch.from_numpy(bucket), torch.from_numpy(sign).float()
+        return to_device(bucket, device), to_device(sign, device, torch.float32)
 
     def matrix(self) -> torch.Tensor:
         bucket, sign = self.hashes()
-        phi = torch.zeros(self.q, self.n)
-        phi[bucket, torch.arange(self.n)] = sign
+        phi = torch.zeros(self.q, self.n, device="cpu")
+        phi[bucket, torch.arange(self.n, device="cpu")] = sign
         return phi
 
 
@@ -183,7 +186,7 @@ def project(phi: Projection, x: torch.Tensor) -> torch.Tensor:
     if x2.shape[0] != n:
         raise ValueError(f"X has {x2.shape[0]} rows but Φ has {n} columns")
     if isinstance(phi, SparseProjection):  # Y[h(j)] += s(j)·X[j]
-        bucket, sign = (t.to(x2.device) for t in phi.hashes())
+        bucket, sign = phi.hashes(x2.device)
         y = torch.zeros(q, x2.shape[1], dtype=x2.dtype, device=x2.device)
         y.index_add_(0, bucket, x2 * sign.to(x2.dtype).unsqueeze(1))
     elif isinstance(phi, GaussianProjection):
@@ -202,7 +205,7 @@ def reconstruct(phi: Projection, y: torch.Tensor) -> torch.Tensor:
     if y2.shape[0] != q:
         raise ValueError(f"Y has {y2.shape[0]} rows but Φ has {q} rows")
     if isinstance(phi, SparseProjection):  # X̂[j] = s(j)·Y[h(j)]
-        bucket, sign = (t.to(y2.device) for t in phi.hashes())
+        bucket, sign = phi.hashes(y2.device)
         x = y2[bucket] * sign.to(y2.dtype).unsqueeze(1)
     elif isinstance(phi, GaussianProjection):
         x = torch.zeros(n, y2.shape[1], dtype=y2.dtype, device=y2.device)

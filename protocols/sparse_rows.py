@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from cluster import wire
+from cluster.device import to_device
 
 
 def encode_rows(ids: np.ndarray, rows: np.ndarray) -> bytes:
@@ -56,6 +57,6 @@ def step_on_sum(
     table: torch.nn.Parameter, optimizer: torch.optim.Optimizer, total: np.ndarray, n: int
 ) -> None:
     """One optimizer step on ``table`` with the mean ``total / n`` of n uploads (float64 sum)."""
-    table.grad = torch.from_numpy((total / n).astype(np.float32))
+    table.grad = to_device((total / n).astype(np.float32), table.device)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)

@@ -1,4 +1,4 @@
-"""Nodes compute on their host's device (nodes/device.py), and their state moves between devices.
+"""Nodes compute on their host's device (cluster/device.py), and their state moves between devices.
 
 ``check_device`` runs the nodes' code with torch's default device "meta" and ``torch.from_numpy``
 giving meta tensors: a tensor a role makes without its ``ctx.device`` breaks the run on this
@@ -19,9 +19,9 @@ import pytest
 import ray.cloudpickle
 import torch
 
+from cluster.device import checking, to_device
 from nodes import host
 from nodes.deployment import Deployment, NodeSpec
-from nodes.device import checking, to_device
 from tests import toy_protocol
 
 ray.cloudpickle.register_pickle_by_value(toy_protocol)  # workers cannot import the tests folder
@@ -56,7 +56,7 @@ def test_checking_restores_torch():
         assert torch.zeros(1).device.type == "meta"
         assert torch.from_numpy(np.ones(1)).device.type == "meta"
         assert to_device(np.ones(1), "cpu").device.type == "cpu"  # what nodes use instead
-        with torch.device("cpu"):  # as nodes.device.build makes a model
+        with torch.device("cpu"):  # as cluster.device.build makes a model
             assert torch.from_numpy(np.ones(1)).device.type == "cpu"
     assert torch.from_numpy is real and torch.zeros(1).device.type == "cpu"
 

@@ -2,6 +2,10 @@
 one or two rounds, against the figures recorded in tests/golden/runs.json — the guard that a
 refactoring leaves behaviour unchanged (issue 15).
 
+Every golden run also checks that the nodes compute on their device: handlers run with torch's
+default device "meta" (``check_device``, cluster/device.py), so a tensor a role makes without its
+``ctx.device`` breaks the run, as it would on a GPU host — while the figures stay those of the CPU.
+
 Bytes by kind, participants and every integer are compared exactly. Metrics, losses and ε are
 compared to 1e-6 relative: the file is recorded on one x86 CPU and CI may run on another whose
 SIMD math kernels (Sleef, BLAS micro-kernels) round a few last bits differently; a change of
@@ -70,7 +74,9 @@ def figures(summary: dict, rows: list[dict]) -> dict:
     }
 
 
-def golden_run(protocol: str, rounds: int, params: dict, out: Path) -> dict:
+def golden_run(
+    protocol: str, rounds: int, params: dict, out: Path, check_device: bool = True
+) -> dict:
     settings = RunSettings(
         protocol=protocol,
         rounds=rounds,
@@ -79,6 +85,7 @@ def golden_run(protocol: str, rounds: int, params: dict, out: Path) -> dict:
         out=str(out),
         progress=False,
         conditions=Conditions(snapshot_every=0),
+        check_device=check_device,
     )
     run_dir, summary = run(settings, dataset())
     rows = read_rows(run_dir)

@@ -257,7 +257,8 @@ def test_import_path_form_from_the_drivers_sys_path_only(privrec, tmp_path):
 @pytest.mark.ray
 def test_results_do_not_depend_on_the_placement(privrec, tmp_path):
     """The same seed gives the same metrics and bytes on 1 and on 3 host actors: each client's
-    vectorised local training depends on its own data and RNG only."""
+    vectorised local training depends on its own data and RNG only. The 3-host run checks the
+    device too (``check_device``: nothing made off the node's device)."""
     script = textwrap.dedent(
         """
         import json, sys
@@ -268,7 +269,7 @@ def test_results_do_not_depend_on_the_placement(privrec, tmp_path):
         for hosts in (1, 3):
             params = {"dim": 8, "users_per_round": 25, "eval_negatives": 20}
             settings = RunSettings("pfedrec", rounds=3, hosts=hosts, params=params,
-                                   progress=False, out=sys.argv[1])
+                                   progress=False, out=sys.argv[1], check_device=hosts == 3)
             _, summary = run(settings, data)
             out.append({"metrics": summary["metrics"], "bytes": summary["bytes_total"]})
         print(json.dumps(out))

@@ -31,6 +31,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from cluster.device import to_device
+
 MAX_LOGIT = 60.0  # attention logits are clamped here so that exp() stays finite in float32
 
 
@@ -49,9 +51,10 @@ def as_edge_tensors(
     n_items: int,
     device: torch.device | str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validated int64 edge endpoint tensors (user ids in [0, n_users), items in [0, n_items))."""
-    eu = torch.as_tensor(np.asarray(edge_user) if not torch.is_tensor(edge_user) else edge_user)
-    ei = torch.as_tensor(np.asarray(edge_item) if not torch.is_tensor(edge_item) else edge_item)
+    """Validated int64 edge endpoint tensors (user ids in [0, n_users), items in [0, n_items)) on
+    ``device`` (None: where tensors given are, the CPU for arrays)."""
+    eu = edge_user if torch.is_tensor(edge_user) else to_device(edge_user, "cpu")
+    ei = edge_item if torch.is_tensor(edge_item) else to_device(edge_item, "cpu")
     if eu.dim() != 1 or ei.dim() != 1 or eu.shape != ei.shape:
         raise ValueError(
             f"edge_user and edge_item must be 1-D of equal length, got {tuple(eu.shape)} "

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from cluster.device import build
 from data.splits import random_split
 from data.types import Interactions, RecDataset
 from models.rating_gnn.model import RatingGNN, rating_edges
@@ -43,6 +44,14 @@ def build_rating_gnn(
     user, item, rating = as_triples(train, "train")
     edge_user, edge_item = rating_edges(user, item, rating, thd)
     return RatingGNN(n_users, n_items, edge_user, edge_item, **kwargs)
+
+
+def adagrad(params, lr: float) -> torch.optim.Adagrad:
+    """Adagrad as the paper uses it (accumulators start at 1e-8). Made under the CPU device:
+    torch's (non-fused) Adagrad keeps its step counters as CPU scalars, which would otherwise
+    follow torch's default device (``meta`` in a checked run, cluster/device.py)."""
+    with torch.device("cpu"):
+        return torch.optim.Adagrad(params, lr=lr, initial_accumulator_value=1e-8)
 
 
 def _check_ids(model: RatingGNN, user: np.ndarray, item: np.ndarray, name: str) -> None:
@@ -126,10 +135,8 @@ class RatingTrainer(Trainer):
         self.u_all = torch.as_tensor(user, device=dev)
         self.i_all = torch.as_tensor(item, device=dev)
         self.r_all = torch.as_tensor(rating, device=dev)
-        self.optimizer = torch.optim.Adagrad(
-            model.parameters(), lr=lr, initial_accumulator_value=1e-8
-        )
-        self.generator = torch.Generator().manual_seed(seed)
+        self.optimizer = adagrad(model.parameters(), lr)
+        self.generator = torch.Generator(device="cpu").manual_seed(seed)
         self.epochs_done = 0
 
     @classmethod
@@ -158,19 +165,22 @@ class RatingTrainer(Trainer):
         val = dataset.val if dataset.val is not None and len(dataset.val) else None
         if val is None and val_fraction > 0:
             train, val = random_split(dataset.train, dataset.n_users, val_fraction, seed)
-        model = build_rating_gnn(
-            dataset.n_users,
-            dataset.n_items,
-            train,
-            thd=thd,
-            kind=kind,
-            dim=dim,
-            n_layers=layers,
-            activation=activation,
-            use_bias=use_bias,
-            init_std=init_std,
-            seed=seed,
-        ).to(device)
+        model = build(
+            lambda: build_rating_gnn(
+                dataset.n_users,
+                dataset.n_items,
+                train,
+                thd=thd,
+                kind=kind,
+                dim=dim,
+                n_layers=layers,
+                activation=activation,
+                use_bias=use_bias,
+                init_std=init_std,
+                seed=seed,
+            ),
+            device,
+        )
         return cls(
             model, train, val, test=dataset.test, lr=lr, batch_size=batch_size, l2=l2, seed=seed
         )
@@ -181,7 +191,7 @@ class RatingTrainer(Trainer):
     def train_epoch(self) -> dict[str, float]:
         model, n = self.model, len(self.u_all)
         model.train()
-        order = torch.randperm(n, generator=self.generator).to(self.u_all.device)
+        order = torch.randperm(n, generator=self.generator, device="cpu").to(self.u_all.device)
         total, count = 0.0, 0
         for start in range(0, n, self.batch_size):
             idx = order[start : start + self.batch_size]

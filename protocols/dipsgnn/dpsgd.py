@@ -41,10 +41,12 @@ def _padded_user_batch(
     rows: np.ndarray,
     fallback: list[np.ndarray],
     max_weight: float,
+    device: torch.device,
 ) -> tuple[dict[str, Tensor], Tensor, Tensor]:
-    """Inputs [b, P, ...], targets [b, P] and weights [b, P] for the users ``rows``: each user's
-    prefixes padded to P = the largest count among them; padding repeats a prefix with weight 0
-    (``fallback[row]`` is a one-item prefix for users without training prefixes)."""
+    """Inputs [b, P, ...], targets [b, P] and weights [b, P] on ``device`` for the users
+    ``rows``: each user's prefixes padded to P = the largest count among them; padding repeats a
+    prefix with weight 0 (``fallback[row]`` is a one-item prefix for users without training
+    prefixes)."""
     width = max(1, max(len(by_user[r]) for r in rows))
     prefixes, targets, weights = [], [], []
     for r in rows:
@@ -58,13 +60,13 @@ def _padded_user_batch(
                 prefixes.append(examples.prefixes[idx[0]] if len(idx) else fallback[r])
                 targets.append(0)
                 weights.append(0.0)
-    flat = batch_tensors(pad_behaviour_graphs(prefixes, max_weight=max_weight))
+    flat = batch_tensors(pad_behaviour_graphs(prefixes, max_weight=max_weight), device)
     b = len(rows)
     tensors = {k: v.reshape(b, width, *v.shape[1:]) for k, v in flat.items()}
     return (
         tensors,
-        torch.tensor(targets, dtype=torch.long).reshape(b, width),
-        torch.tensor(weights, dtype=torch.float32).reshape(b, width),
+        torch.tensor(targets, dtype=torch.long, device=device).reshape(b, width),
+        torch.tensor(weights, dtype=torch.float32, device=device).reshape(b, width),
     )
 
 
@@ -83,9 +85,9 @@ def per_user_gradients(
     if not model.use_features and model.user_map is not None:
         raise ValueError("DP-SGD supports the feature and the no-user-part networks, not user ids")
     device = next(model.parameters()).device
-    tensors, targets, weights = _padded_user_batch(examples, by_user, rows, fallback, max_weight)
-    tensors = {k: v.to(device) for k, v in tensors.items()}
-    targets, weights = targets.to(device), weights.to(device)
+    tensors, targets, weights = _padded_user_batch(
+        examples, by_user, rows, fallback, max_weight, device
+    )
     params = {k: v.detach() for k, v in model.named_parameters()}
     width = targets.shape[1]
     if model.use_features:

@@ -117,8 +117,9 @@ class DIPSGNNUser(Node):
                 self.reject(msg, problem)
                 return
             top = flat.reshape(len(targets), -1)
-            scores = topk_scores(top, p.n_items)
-            for name, values in next_item_metrics(scores, torch.tensor(targets), KS).items():
+            with torch.device(self.device):  # topk_scores makes its tensors on the default device
+                scores = topk_scores(top, p.n_items)
+            for name, values in next_item_metrics(scores, self.tensor(targets), KS).items():
                 for v in values:
                     self.report(name, float(v))
             if self.threat is not None and self.threat.targets:
@@ -162,20 +163,22 @@ class DIPSGNNServer(Node):
         self.dpsgd = c.mechanism == "dpsgd"
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(self.rng.integers(0, 2**63 - 1)))
-            self.model = DIPSGNN(
-                self.public.n_items,
-                self.public.n_feature_slots,
-                use_features=c.use_features,
-                hidden_dim=c.hidden_dim,
-                user_dim=c.user_dim,
-                steps=c.steps,
-                clip_norm=c.clip_norm,
-                sigma=0.0 if self.edgerand else self.sigma,
-                graph_messages=c.graph_messages,
-            ).to(self.device)
+            self.model = self.build(
+                lambda: DIPSGNN(
+                    self.public.n_items,
+                    self.public.n_feature_slots,
+                    use_features=c.use_features,
+                    hidden_dim=c.hidden_dim,
+                    user_dim=c.user_dim,
+                    steps=c.steps,
+                    clip_norm=c.clip_norm,
+                    sigma=0.0 if self.edgerand else self.sigma,
+                    graph_messages=c.graph_messages,
+                )
+            )
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.lr, weight_decay=c.l2)
         # eq. 7's and DP-SGD's noise, and EdgeRand's (--secure-rng: from the OS, privacy/noise.py)
-        self.noise = self.noise_generator(device=self.device)
+        self.noise = self.noise_generator()
         self.edgerand_seed = self.noise_seed()
         self.train_seqs: list[np.ndarray] | None = None
         self.features: torch.Tensor | None = None
@@ -217,7 +220,7 @@ class DIPSGNNServer(Node):
                 target=np.concatenate([self.examples.target, examples.target]),
             )
         use = self.config.use_features
-        self.features = torch.from_numpy(self.feats).to(self.device) if use else None
+        self.features = self.tensor(self.feats) if use else None
 
     def handle(self, phase: str, inbox) -> None:
         c = self.config

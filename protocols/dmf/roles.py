@@ -39,10 +39,10 @@ class DMFUser(Node):
         public = np.random.default_rng(node_seed(ctx.seed, "dmf-public-init"))
         q = public.normal(0, c.init_std, (n_items, c.dim + 1)).astype(np.float32)
         q[:, -1] = 0.0  # item biases start at zero
-        self.item_factors = torch.from_numpy(q)
+        self.item_factors = self.tensor(q)
         p = self.rng.normal(0, c.init_std, c.dim + 1).astype(np.float32)
         p[-1] = 1.0  # the constant that multiplies the item bias
-        self.factor = torch.from_numpy(p)
+        self.factor = self.tensor(p)
         self.seen: set[bytes] = set()  # nonces of the gradients applied this round
 
     def handle(self, phase: str, inbox) -> None:
@@ -56,7 +56,7 @@ class DMFUser(Node):
         elif phase == "eval":
             if len(self.test_items):
                 k = self.config.eval_k
-                evaluate_users([self], self.factor[None], [self.item_factors.numpy()], k)
+                evaluate_users([self], self.factor[None], [self.item_factors.cpu().numpy()], k)
         else:
             super().handle(phase, inbox)
 
@@ -70,20 +70,22 @@ class DMFUser(Node):
         q = self.item_factors
         g = bpr_grads(
             self.factor[None],
-            q[torch.from_numpy(pos)][None],
-            q[torch.from_numpy(neg)][None],
+            q[self.tensor(pos)][None],
+            q[self.tensor(neg)][None],
             c.l2,
         )
         ids = np.concatenate([pos, neg])
         rows = torch.cat([g.pos_items[0], g.neg_items[0]])
         self.factor = self.factor - c.lr * g.user[0]
         self.factor[-1] = 1.0
-        self.item_factors.index_add_(0, torch.from_numpy(ids), rows, alpha=-c.lr)
+        self.item_factors.index_add_(0, self.tensor(ids), rows, alpha=-c.lr)
         # from the operating system: a nonce drawn from the seeded RNG would tell anyone who knows
         # the seed which user originated a gradient gossiped on its behalf
         nonce = secrets.token_bytes(msg.NONCE_BYTES)
         self.seen.add(nonce)
-        ids, rows = self.tamper_upload(ids, rows.numpy(), q.numpy())  # an adversary's change
+        ids, rows = self.tamper_upload(
+            ids, rows.cpu().numpy(), q.cpu().numpy()
+        )  # an adversary's change
         payload = msg.encode_item_grads(nonce, ids, rows)
         for v in self.neighbours:
             if self.online(v):  # an offline neighbour cannot be reached this round
@@ -125,7 +127,7 @@ class DMFUser(Node):
                 received.append((ids, rows))
             else:
                 self.item_factors.index_add_(
-                    0, torch.from_numpy(ids), torch.from_numpy(rows), alpha=-c.lr * weight
+                    0, self.tensor(ids), self.tensor(rows), alpha=-c.lr * weight
                 )
             if forward:
                 for v in self.neighbours:
@@ -134,7 +136,7 @@ class DMFUser(Node):
         if received:  # the run's defence: a robust combination of the hop's new gradients
             ids, total = combine_shares(received, defence, dict(self.threat.defence_params))
             self.item_factors.index_add_(
-                0, torch.from_numpy(ids), torch.from_numpy(total), alpha=-c.lr * weight
+                0, self.tensor(ids), self.tensor(total), alpha=-c.lr * weight
             )
 
     def tamper_upload(self, ids: np.ndarray, rows: np.ndarray, q: np.ndarray):

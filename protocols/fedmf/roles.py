@@ -47,7 +47,7 @@ class FedMFServer(Node):
         c, n_items = self.config, self.public.n_items
         self.users = np.asarray(users, dtype=np.int64)  # the registered clients
         q = self.rng.normal(0.0, c.init_std, size=(n_items, c.dim)).astype(np.float32)
-        self.item_factors = torch.nn.Parameter(torch.from_numpy(q))
+        self.item_factors = torch.nn.Parameter(self.tensor(q))
         self.optimizer = torch.optim.Adam([self.item_factors], lr=c.lr_item)
 
     def handle(self, phase: str, inbox) -> None:
@@ -85,7 +85,7 @@ class FedMFServer(Node):
         return set(self.sampled.tolist())  # this round's sampled users
 
     def get_item_factors(self) -> np.ndarray:
-        return self.item_factors.detach().numpy().copy()
+        return self.item_factors.detach().cpu().numpy().copy()
 
 
 class FedMFUser(Node):
@@ -102,7 +102,7 @@ class FedMFUser(Node):
         self.train_items = np.asarray(train_items, dtype=np.int64)
         self.test_items = np.asarray(test_items, dtype=np.int64)
         p = self.rng.normal(0.0, c.init_std, size=c.dim).astype(np.float32)
-        self.factor = torch.from_numpy(p)
+        self.factor = self.tensor(p)
 
     @classmethod
     def handle_batch(cls, nodes, phase, inboxes) -> None:
@@ -131,17 +131,14 @@ class FedMFUser(Node):
         q_list = decode_shared(inboxes, msg.ITEM_FACTORS, msg.decode_item_factors)
         c, n_items = nodes[0].config, nodes[0].public.n_items
         pairs = [sample_pairs(n.rng, n_items, n.train_items, c.pairs) for n in nodes]
-        q = torch.from_numpy(q_list[0])
+        on_device = nodes[0].tensor
         if any(x is not q_list[0] for x in q_list):  # not a shared broadcast: gather per user
-            pos_f = torch.stack(
-                [torch.from_numpy(x)[torch.from_numpy(p)] for x, (p, _) in zip(q_list, pairs)]
-            )
-            neg_f = torch.stack(
-                [torch.from_numpy(x)[torch.from_numpy(g)] for x, (_, g) in zip(q_list, pairs)]
-            )
+            pos_f = torch.stack([on_device(x[p]) for x, (p, _) in zip(q_list, pairs)])
+            neg_f = torch.stack([on_device(x[g]) for x, (_, g) in zip(q_list, pairs)])
         else:
-            pos_f = q[torch.from_numpy(np.stack([p for p, _ in pairs]))]
-            neg_f = q[torch.from_numpy(np.stack([g for _, g in pairs]))]
+            q = on_device(q_list[0])
+            pos_f = q[on_device(np.stack([p for p, _ in pairs]))]
+            neg_f = q[on_device(np.stack([g for _, g in pairs]))]
         users = torch.stack([n.factor for n in nodes])
         for _ in range(c.user_steps - 1):  # local steps on p_u alone, Q fixed, the round's pairs
             users = users - c.lr_user * bpr_grads(users, pos_f, neg_f, c.l2).user
@@ -150,7 +147,7 @@ class FedMFUser(Node):
         for b, n in enumerate(nodes):
             n.factor = new_users[b].clone()
             ids = np.concatenate(pairs[b])
-            rows = torch.cat([g.pos_items[b], g.neg_items[b]]).numpy()
+            rows = torch.cat([g.pos_items[b], g.neg_items[b]]).cpu().numpy()
             ids, rows = n.tamper_upload(ids, rows, q_list[b])  # an adversary's change, if any
             n.send(msg.ITEM_GRADS, SERVER, msg.encode_item_grads(ids, rows))
             n.report("loss", g.loss[b].item())
@@ -175,4 +172,4 @@ class FedMFUser(Node):
         return ids, rows
 
     def get_factor(self) -> np.ndarray:
-        return self.factor.numpy().copy()
+        return self.factor.cpu().numpy().copy()

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from cluster import wire
+from cluster.device import build, to_device
 from models.fedpergnn_gat import (
     LocalGAT,
     build_local_gat_graph,
@@ -43,8 +44,8 @@ _MODELS: dict[tuple[int, int], LocalGAT] = {}
 def shape_model(dim: int, layers: int) -> LocalGAT:
     """A LocalGAT used only for its parameter names and shapes (weights come from the wire)."""
     key = (dim, layers)
-    if key not in _MODELS:
-        _MODELS[key] = LocalGAT(dim, layers)
+    if key not in _MODELS:  # on the CPU: the weights it runs with are the users' (any device)
+        _MODELS[key] = build(lambda: LocalGAT(dim, layers), "cpu")
     return _MODELS[key]
 
 
@@ -58,18 +59,18 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         expect_kinds(inbox, "item_embeddings", "gat_weights", node=n.id)
     e_list = decode_shared(inboxes, "item_embeddings", wire.decode_dense)
     w_list = decode_shared(inboxes, "gat_weights", wire.decode_dense)
-    c, n_items = nodes[0].config, nodes[0].public.n_items
+    c, n_items, dev = nodes[0].config, nodes[0].public.n_items, nodes[0].device
     model = shape_model(c.dim, c.layers)
     for n, e, w in zip(nodes, e_list, w_list):
         g = n.noise_generator()  # the upload's noise (--secure-rng: the secure one)
-        item_leaf = torch.from_numpy(e)[torch.from_numpy(n.train_items)].requires_grad_(True)
+        item_leaf = n.tensor(e[n.train_items]).requires_grad_(True)
         user_leaf = n.embedding.clone().requires_grad_(True)
-        weights = torch.from_numpy(np.array(w, dtype=np.float32)).requires_grad_(True)
+        weights = n.tensor(np.array(w, dtype=np.float32)).requires_grad_(True)
         # the rated items are scored as candidate nodes, as held-out items are at evaluation
         k = len(n.train_items)
-        graph = build_local_gat_graph(k, n.nbr_links, n_candidates=k)
+        graph = build_local_gat_graph(k, n.nbr_links, n_candidates=k, device=dev)
         h = local_gat_forward(model, weights, graph, user_leaf, item_leaf, n.nbr_emb, item_leaf)
-        ratings = torch.from_numpy(n.train_ratings)
+        ratings = n.tensor(n.train_ratings)
         pred = predict_candidates(h, graph)
         loss = rating_loss(pred, ratings, user_leaf, item_leaf, c.l2)
         loss.backward()
@@ -99,20 +100,21 @@ def evaluate_held_out(nodes: list, inboxes: list) -> None:
     for n, e, w in zip(nodes, e_list, w_list):
         if not len(n.test_items):
             continue
-        table = torch.from_numpy(e)
-        graph = build_local_gat_graph(len(n.train_items), n.nbr_links, len(n.test_items))
+        graph = build_local_gat_graph(
+            len(n.train_items), n.nbr_links, len(n.test_items), device=n.device
+        )
         with torch.no_grad():
             h = local_gat_forward(
                 model,
-                torch.from_numpy(np.array(w, dtype=np.float32)),
+                n.tensor(np.array(w, dtype=np.float32)),
                 graph,
                 n.embedding,
-                table[torch.from_numpy(n.train_items)],
+                n.tensor(e[n.train_items]),
                 n.nbr_emb,
-                table[torch.from_numpy(n.test_items)],
+                n.tensor(e[n.test_items]),
             )
             pred = predict_candidates(h, graph).clamp(lo, hi)
-        err = (pred.double() - torch.from_numpy(n.test_ratings).double()).pow(2)
+        err = (pred.double() - n.tensor(n.test_ratings).double()).pow(2)
         n.report("sq_err", float(err.sum()))
         n.report("n_rated", float(len(err)))
 
@@ -133,6 +135,6 @@ def step_on_mean_dense(
         if u.shape != tuple(flat.shape):
             raise wire.WireError(f"gat gradients of shape {u.shape}, expected {tuple(flat.shape)}")
         total += u
-    flat.grad = torch.from_numpy((total / len(uploads)).astype(np.float32))
+    flat.grad = to_device((total / len(uploads)).astype(np.float32), flat.device)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from cluster import wire
+from cluster.device import to_device
 from models.bpr import neg_log_sigmoid
 from models.lightgcn import build_local_graphs, local_forward
 from nodes.node import decode_shared, expect_kinds
@@ -38,7 +39,7 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
     for n, inbox in zip(nodes, inboxes):
         expect_kinds(inbox, "item_embeddings", node=n.id)
     e_list = decode_shared(inboxes, "item_embeddings", wire.decode_dense)
-    c, n_items = nodes[0].config, nodes[0].public.n_items
+    c, n_items, dev = nodes[0].config, nodes[0].public.n_items, nodes[0].device
     gens, negs, pairs_pos = [], [], []
     for n in nodes:  # each user's own random draws, in its own stream
         # which rows the upload carries (negatives, pseudo items) and its noise: the node's noise
@@ -52,9 +53,9 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         gens.append(g)
     # h_u: LightGCN on the local subgraphs (stacked: they are disjoint), mean of layers 0..K;
     # the local graph's item nodes are the user's positives E[I_u]
-    e = torch.from_numpy(e_list[0]) if all(x is e_list[0] for x in e_list) else None
+    e = to_device(e_list[0], dev) if all(x is e_list[0] for x in e_list) else None
     n_pos = [len(n.train_items) for n in nodes]
-    pos_leaf = _gather_rows(e, e_list, [n.train_items for n in nodes]).requires_grad_(True)
+    pos_leaf = _gather_rows(e, e_list, [n.train_items for n in nodes], dev).requires_grad_(True)
     graphs = build_local_graphs(n_pos, [n.nbr_links for n in nodes])
     nbr = torch.cat([n.nbr_emb for n in nodes])
     e_pos = pos_leaf.detach().split(n_pos)
@@ -65,7 +66,9 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         h = h_u.detach()
         grad_h = torch.stack(
             [
-                _pair_gradients(h[b], e_pos[b], _rows(e, e_list[b], negs[b]), _pairs(pos))[3]
+                _pair_gradients(
+                    h[b], e_pos[b], _rows(e, e_list[b], negs[b], dev), _pairs(pos, dev)
+                )[3]
                 for b, pos in enumerate(pairs_pos)
             ]
         )
@@ -81,8 +84,8 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
     grad_h = torch.zeros_like(h)
     per_user = []  # (g_k, Σ_k g_k per positive, pairs per positive, L_u)
     for b in range(len(nodes)):
-        e_neg = _rows(e, e_list[b], negs[b])
-        k = _pairs(pairs_pos[b])
+        e_neg = _rows(e, e_list[b], negs[b], dev)
+        k = _pairs(pairs_pos[b], dev)
         count = max(len(k), 1)
         x, g, g_pos, grad_h[b] = _pair_gradients(h[b], e_pos[b], e_neg, k)
         c_pos = torch.bincount(k, minlength=n_pos[b]).to(g.dtype)
@@ -96,7 +99,7 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
     graph_grads = pos_leaf.grad.split(n_pos)
     for b, n in enumerate(nodes):
         g, g_pos, c_pos, loss = per_user[b]
-        e_neg = _rows(e, e_list[b], negs[b])
+        e_neg = _rows(e, e_list[b], negs[b], dev)
         scale = c.l2 / max(len(g), 1)
         # ∂L_u/∂e_i = Σ_k g_k h_u + α c_i e_i/|pairs| (+ the graph's); ∂L_u/∂e_j = −g_k h_u + α e_j/|pairs|
         pos_grad = graph_grads[b] + torch.outer(g_pos, h[b]) + (scale * c_pos)[:, None] * e_pos[b]
@@ -116,8 +119,8 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         n.report("loss", loss)
 
 
-def _pairs(positions: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(positions.astype(np.int64))
+def _pairs(positions: np.ndarray, device) -> torch.Tensor:
+    return to_device(positions.astype(np.int64), device)
 
 
 def _pair_gradients(h: torch.Tensor, e_pos: torch.Tensor, e_neg: torch.Tensor, k: torch.Tensor):
@@ -125,32 +128,33 @@ def _pair_gradients(h: torch.Tensor, e_pos: torch.Tensor, e_neg: torch.Tensor, k
     g = ∂L/∂x = −σ(−x)/|pairs|, Σ g per positive, and ∂L/∂h (the L2 terms are added apart)."""
     x = (e_pos @ h).index_select(0, k) - e_neg @ h
     g = torch.sigmoid(-x).neg_().div_(max(len(k), 1))
-    g_pos = torch.zeros(len(e_pos)).index_add_(0, k, g)
+    g_pos = torch.zeros(len(e_pos), dtype=g.dtype, device=g.device).index_add_(0, k, g)
     return x, g, g_pos, e_pos.T @ g_pos - e_neg.T @ g
 
 
-def _rows(table: torch.Tensor | None, own: np.ndarray, ids: np.ndarray) -> torch.Tensor:
-    """Rows ``ids`` of a user's copy of E (``table``: the copy every user of the host shares)."""
-    idx = torch.from_numpy(np.asarray(ids, dtype=np.int64))
-    return (table if table is not None else torch.from_numpy(own)).index_select(0, idx)
+def _rows(table: torch.Tensor | None, own: np.ndarray, ids: np.ndarray, device) -> torch.Tensor:
+    """Rows ``ids`` of a user's copy of E (``table``: the copy every user of the host shares, on
+    ``device``), on ``device``."""
+    if table is None:
+        return to_device(own[np.asarray(ids, dtype=np.int64)], device)
+    return table.index_select(0, to_device(np.asarray(ids, dtype=np.int64), device))
 
 
 def _gather_rows(
-    table: torch.Tensor | None, tables: list[np.ndarray], ids: list[np.ndarray]
+    table: torch.Tensor | None, tables: list[np.ndarray], ids: list[np.ndarray], device
 ) -> torch.Tensor:
-    """The rows ``ids[b]`` of user b's copy of E, stacked over users (one gather when every
-    user holds the same copy: a broadcast decoded once)."""
-    flat = torch.from_numpy(np.concatenate(ids).astype(np.int64))
+    """The rows ``ids[b]`` of user b's copy of E, stacked over users, on ``device`` (one gather
+    when every user holds the same copy ``table``: a broadcast decoded once)."""
     if table is not None:
-        return table.index_select(0, flat)
-    return torch.cat([torch.from_numpy(t)[torch.from_numpy(i)] for t, i in zip(tables, ids)])
+        return table.index_select(0, to_device(np.concatenate(ids).astype(np.int64), device))
+    return to_device(np.concatenate([t[i] for t, i in zip(tables, ids)]), device)
 
 
 def representations(nodes: list, e_list: list[np.ndarray]) -> torch.Tensor:
     """h_u of every listed user (no gradient), given the item embeddings each holds."""
     graphs = build_local_graphs([len(n.train_items) for n in nodes], [n.nbr_links for n in nodes])
-    items = torch.cat(
-        [torch.from_numpy(e)[torch.from_numpy(n.train_items)] for n, e in zip(nodes, e_list)]
+    items = to_device(
+        np.concatenate([e[n.train_items] for n, e in zip(nodes, e_list)]), nodes[0].device
     )
     nbr = torch.cat([n.nbr_emb for n in nodes])
     with torch.no_grad():

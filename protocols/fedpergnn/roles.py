@@ -232,13 +232,14 @@ class Server(Node):
         c, n_items = self.config, self.public.n_items
         self.users = np.asarray(users, dtype=np.int64)
         e = xavier_rows(self.rng, n_items, n_items, c.dim)
-        self.item_emb = torch.nn.Parameter(torch.from_numpy(e))
+        self.item_emb = torch.nn.Parameter(self.tensor(e))
         self.optimizer = torch.optim.Adam([self.item_emb], lr=c.lr_item)
         self.attack_views: list[tuple[str, np.ndarray, np.ndarray]] = []
         self.sampled: tuple[int, frozenset[int]] = (-1, frozenset())  # (round, Ū) of the download
         self.gat_weights = None  # θ, the GAT backbone's weights (flat), server-held
         if c.backbone == "gat":
-            init = LocalGAT(c.dim, c.layers, seed=int(self.rng.integers(0, 2**31)))
+            seed = int(self.rng.integers(0, 2**31))
+            init = self.build(lambda: LocalGAT(c.dim, c.layers, seed=seed))
             self.gat_weights = torch.nn.Parameter(init.flat())
             self.gat_optimizer = torch.optim.Adam([self.gat_weights], lr=c.lr_item)
 
@@ -332,7 +333,7 @@ class Server(Node):
         return self.admit(inbox, sampled if round_ == self.round else frozenset())
 
     def get_item_embeddings(self) -> np.ndarray:
-        return self.item_emb.detach().numpy().copy()
+        return self.item_emb.detach().cpu().numpy().copy()
 
     def take_attack_views(self) -> list[tuple[str, np.ndarray, np.ndarray]]:
         """The uploads kept for the gradient-inference attack since the last call (sender,
@@ -378,10 +379,10 @@ class User(Node):
         self.test_items = np.array(test_items, dtype=np.int64)
         self.train_ratings = _ratings(train_ratings, self.train_items)
         self.test_ratings = _ratings(test_ratings, self.test_items)
-        self.embedding = torch.from_numpy(xavier_rows(self.rng, 1, self.public.n_users, dim)[0])
+        self.embedding = self.tensor(xavier_rows(self.rng, 1, self.public.n_users, dim)[0])
         self.oprf = OprfClient()  # blinding factors from the operating system
         self.tokens: list[bytes] = []  # aligned with train_items
-        self.nbr_emb = torch.zeros((0, dim))
+        self.nbr_emb = torch.zeros((0, dim), device=self.device)
         self.last_pseudo_items = np.zeros(0, dtype=np.int64)
         self.nbr_links = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         self.graph_epoch = -1  # the expansion epoch ⌊r/P⌋ its local graph comes from (-1: none)
@@ -460,7 +461,7 @@ class User(Node):
         i = np.array([position[t] for s in shared for t in s], dtype=np.int64)
         # links by (neighbour, item): the tokens' order follows their values, hence the key
         order = np.lexsort((i, v))
-        self.nbr_emb = torch.from_numpy(emb.astype(np.float32))
+        self.nbr_emb = self.tensor(emb.astype(np.float32))
         self.nbr_links = (v[order], i[order])
         self.graph_epoch = self._epoch()
 
@@ -528,7 +529,7 @@ class User(Node):
 
     # --- inspection (tests) ---------------------------------------------------------------------
     def get_embedding(self) -> np.ndarray:
-        return self.embedding.numpy().copy()
+        return self.embedding.cpu().numpy().copy()
 
     def setup_state(self) -> dict:
         """What this user holds from steps 1–2: its token count, whether it has the key server's
@@ -551,6 +552,6 @@ class User(Node):
         """What the matcher gave this user: (embedding, shared item ids) per anonymous neighbour."""
         v, i = self.nbr_links
         return [
-            (self.nbr_emb[j].numpy().copy(), sorted(self.train_items[i[v == j]].tolist()))
+            (self.nbr_emb[j].cpu().numpy().copy(), sorted(self.train_items[i[v == j]].tolist()))
             for j in range(len(self.nbr_emb))
         ]

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from cluster.device import to_device
 from models.rating_gnn import RatingGNN
 from models.rating_gnn import aggregation as agg
 from privacy.projection import Projection, reconstruct
@@ -260,13 +261,14 @@ def received_aggregates(
     steps_done: int,
     phi: Projection | None,
     shape: tuple[int, int, int],
+    device: torch.device | str = "cpu",
 ) -> list[torch.Tensor]:
-    """Σ_{q∈senders} X̂_q^k per layer k (``shape``: layers, N, D) from the tensors Y_q of the
-    exchange steps 1..steps_done (``received[step][q]``, one [L_j, q, D] tensor each):
+    """Σ_{q∈senders} X̂_q^k per layer k (``shape``: layers, N, D) on ``device`` from the tensors
+    Y_q of the exchange steps 1..steps_done (``received[step][q]``, one [L_j, q, D] tensor each):
     X̂ = Φᵀ Σ_q Y_q (linear: one reconstruction for all senders), or Σ_q Y_q without
     projection (``phi`` None)."""
     n_layers, n_users, dim = shape
-    external = [torch.zeros(n_users, dim) for _ in range(n_layers)]
+    external = [torch.zeros(n_users, dim, device=device) for _ in range(n_layers)]
     for step in range(1, steps_done + 1):
         y_sum = None
         for p, y in received.get(step, {}).items():  # arrival order: sorted by sender
@@ -291,12 +293,13 @@ def party_loss(
     plus the private L2 term λ‖E_p‖²/M_p of its item embeddings; and the squared errors (None
     for an empty minibatch)."""
     u, i, r = batch
+    item_w = model.item_emb.weight
+    dev = item_w.device
     sq = None
     if len(u):
-        err = model.predict(prop, torch.from_numpy(u), torch.from_numpy(i))
-        sq = (err - torch.from_numpy(r)).pow(2)
+        pred = model.predict(prop, to_device(u, dev), to_device(i, dev))
+        sq = (pred - to_device(r, dev)).pow(2)
         loss = sq.sum() if reduction == "sum" else sq.mean()
     else:
-        loss = torch.zeros(())
-    item_w = model.item_emb.weight
+        loss = torch.zeros((), device=dev)
     return loss + l2 * item_w.pow(2).sum() / item_w.shape[0], sq

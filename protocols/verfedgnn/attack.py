@@ -91,7 +91,7 @@ def simulate(
     adv_items = choose_adversarial_items(m_p, p_ad, rng)
     eu, ei, adv_users = with_adversaries(edge_user, edge_item, n_users, adv_items)
     n_all = n_users + len(adv_users)
-    user_emb = torch.zeros(n_all, item_emb.shape[1])  # X^1 reads only e_v^0
+    user_emb = torch.zeros(n_all, item_emb.shape[1], device=item_emb.device)  # X^1: e_v^0 only
     x = AGGREGATES[kind](user_emb, item_emb, eu, ei, n_total_items=n_total_items).double()
     targets = np.unique(np.asarray(edge_user, np.int64))
     truth = items_by_user(edge_user, edge_item, targets)
@@ -166,7 +166,7 @@ def infer_victim_items(
     position = {int(u): j for j, u in enumerate(aligned_users)}
     adv_rows = np.array([position[int(u)] for u in adversaries.users], dtype=np.int64)
     honest = np.setdiff1d(np.arange(len(aligned_users)), adv_rows)
-    x_hat = observed.double()
+    x_hat = observed.double().cpu()  # the attacker's search runs on the CPU (deanonymization.py)
     inferred = match_aggregates(
         x_hat[honest],
         x_hat[adv_rows],

@@ -33,7 +33,7 @@ def encode_public(seed: int, participants: np.ndarray, theta: torch.Tensor) -> b
     )
 
 
-def decode_public(payload: bytes) -> tuple[int, np.ndarray, torch.Tensor]:
+def decode_public(payload: bytes) -> tuple[int, np.ndarray, np.ndarray]:
     seed_b, parts_b, theta_b = wire.decode_record(payload, expect=3)
     seed = wire.decode_ids(seed_b)
     if seed.shape != (1,):
@@ -41,7 +41,7 @@ def decode_public(payload: bytes) -> tuple[int, np.ndarray, torch.Tensor]:
     theta = wire.decode_dense(theta_b)
     if theta.ndim != 1:
         raise wire.WireError(f"public parameters: θ must be a vector, got shape {theta.shape}")
-    return int(seed[0]), wire.decode_ids(parts_b), torch.from_numpy(theta)
+    return int(seed[0]), wire.decode_ids(parts_b), theta
 
 
 def decode_gradient(payload: bytes, n_public: int, src: str = "a party") -> np.ndarray:

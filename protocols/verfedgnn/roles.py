@@ -40,6 +40,7 @@ from cluster import wire
 from cluster.message import index_of, node_id
 from cluster.validate import Accept, empty
 from models.rating_gnn import RatingGNN, rating_edges
+from models.rating_gnn.training import adagrad
 from nodes.node import Node, NodeContext, expect_kinds, node_seed
 from privacy import oprf
 from privacy.key_server import BlindSigner, OprfClient, new_key
@@ -142,12 +143,12 @@ class VerFedGNNServer(Node):
         self.n_users = n_users
         one = np.zeros(1, dtype=np.int64)  # a template needs some edge; only θ is used
         seed = int(self.rng.integers(0, 2**62))
-        template = party_model(self.config, n_users, 1, self.public.n_items, one, one, seed)
+        n_items = self.public.n_items
+        template = self.build(lambda: party_model(self.config, n_users, 1, n_items, one, one, seed))
         params = public_parameters(template)
         self.theta = torch.nn.Parameter(torch.nn.utils.parameters_to_vector(params).detach())
         self.user_slice = slice(0, template.user_emb.weight.numel())
-        lr = self.config.lr
-        self.optimizer = torch.optim.Adagrad([self.theta], lr=lr, initial_accumulator_value=1e-8)
+        self.optimizer = adagrad([self.theta], self.config.lr)
 
     def handle(self, phase: str, inbox) -> None:
         if phase == "psi_match":
@@ -246,13 +247,15 @@ class VerFedGNNServer(Node):
             return
         c, public = self.config, self.public
         n = self.theta.shape[0]
-        grads = [torch.from_numpy(decode_gradient(m.payload, n, m.src)) for m in inbox]
+        decoded = [decode_gradient(m.payload, n, m.src) for m in inbox]
         threat = self.threat
         if threat is not None and threat.defence:  # the run's defence (adversaries/defences.py)
-            kept = defended_vectors(
-                [g.double().numpy() for g in grads], threat.defence, dict(threat.defence_params)
-            )
-            grads = [torch.from_numpy(v) for v in kept]  # their sum stands for Σ_{p∈S} g_p
+            decoded = defended_vectors(
+                [g.astype(np.float64) for g in decoded],
+                threat.defence,
+                dict(threat.defence_params),
+            )  # their sum stands for Σ_{p∈S} g_p
+        grads = [self.tensor(g) for g in decoded]
         if c.estimator == "uniform":  # eq. 21, Horvitz–Thompson: (P/S) Σ g_p
             total = partial_participation_aggregate(grads, c.parties)
         else:  # the authors' code: (M / Σ_S M_p) Σ g_p
@@ -268,7 +271,7 @@ class VerFedGNNServer(Node):
         self.optimizer.zero_grad(set_to_none=True)
 
     def get_theta(self) -> np.ndarray:
-        return self.theta.detach().numpy().copy()
+        return self.theta.detach().cpu().numpy().copy()
 
 
 class VerFedGNNParty(Node):
@@ -319,11 +322,10 @@ class VerFedGNNParty(Node):
         self.aligned_users = np.asarray(aligned_users, dtype=np.int64)
         eu, ei = rating_edges(*self.data["train"], c.thd)
         seed = int(self.rng.integers(0, 2**62))
-        self.model = party_model(c, n, len(self.items), self.public.n_items, eu, ei, seed)
+        n_items = self.public.n_items
+        self.model = self.build(lambda: party_model(c, n, len(self.items), n_items, eu, ei, seed))
         self.theta = public_parameters(self.model)  # this party's copy of θ
-        self.item_optimizer = torch.optim.Adagrad(
-            [self.model.item_emb.weight], lr=c.lr, initial_accumulator_value=1e-8
-        )
+        self.item_optimizer = adagrad([self.model.item_emb.weight], c.lr)
         self.rows = projection_rows(c, n)
 
     def handle(self, phase: str, inbox) -> None:
@@ -406,7 +408,7 @@ class VerFedGNNParty(Node):
         for m in inbox:
             if m.kind.endswith("public_params"):
                 seed, participants, theta = decode_public(m.payload)
-                torch.nn.utils.vector_to_parameters(theta, self.theta)
+                torch.nn.utils.vector_to_parameters(self.tensor(theta), self.theta)
                 self.participating = True
                 self.participants = [int(p) for p in participants]
                 if c.projection == "sparse":  # the authors' code: one Φ for the whole run
@@ -420,7 +422,7 @@ class VerFedGNNParty(Node):
             step = self._aggregate_step(m)
             if step is None:
                 continue
-            y = torch.from_numpy(wire.decode_dense(m.payload))
+            y = self.tensor(wire.decode_dense(m.payload))
             self.received.setdefault(step, {})[index_of(m.src)] = y
             if self.adversaries is not None and step == 1:
                 if index_of(m.src) == c.attack_victim:  # the attacker keeps X̂_victim^1 apart
@@ -464,7 +466,7 @@ class VerFedGNNParty(Node):
         self.scale = public.n_items / covered  # M / Σ_{q∈S} M_q
         shape = (self.model.n_layers, self.n_users, c.dim)
         self.external = received_aggregates(
-            self.received, senders, self.schedule, steps_done, self.phi, shape
+            self.received, senders, self.schedule, steps_done, self.phi, shape, self.device
         )
 
     def _exchange(self, step: int) -> None:
@@ -510,10 +512,10 @@ class VerFedGNNParty(Node):
             # an honest party's g lies in [−B, B]; a crafted one stays in the code's range [−r, r]
             bound = self.release_bound()
             values, scale = ternary_quantize(g, c.ternary_r, self.noise_generator(), clip=bound)
-            return wire.encode_ternary(values.numpy(), scale)
+            return wire.encode_ternary(values.cpu().numpy(), scale)
         if c.mechanism == "laplace":
             noise = self.noise_rng.laplace(0.0, c.laplace_scale, size=g.shape[0])
-            return wire.encode_dense((g.double().numpy() + noise).astype(np.float32))
+            return wire.encode_dense((g.double().cpu().numpy() + noise).astype(np.float32))
         return wire.encode_dense(g)
 
     @torch.no_grad()
@@ -525,9 +527,9 @@ class VerFedGNNParty(Node):
         for name in ("val", "test"):
             u, i, r = self.data[name]
             if len(u):
-                pred = self.model.predict(prop, torch.from_numpy(u), torch.from_numpy(i))
+                pred = self.model.predict(prop, self.tensor(u), self.tensor(i))
                 pred = pred.clamp(self.public.rating_min, self.public.rating_max)
-                se = (pred - torch.from_numpy(r)).double().pow(2).sum()
+                se = (pred - self.tensor(r)).double().pow(2).sum()
                 self.report(f"{name}_se", float(se))
                 self.report(f"{name}_n", float(len(u)))
         if self.threat is not None and self.threat.targets:
@@ -544,18 +546,18 @@ class VerFedGNNParty(Node):
             scores = scores + self.model.item_bias.weight.T
         scores = scores.double()
         u, i, _ = self.data["train"]
-        rated = torch.zeros(scores.shape, dtype=torch.bool)
-        rated[torch.from_numpy(u), torch.from_numpy(i)] = True
+        rated = torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
+        rated[self.tensor(u), self.tensor(i)] = True
         k = min(self.threat.er_k, scores.shape[1])
         best = scores.masked_fill(rated, -torch.inf).topk(k, dim=1).values
         own = [t for t in self.threat.targets if t in set(self.items.tolist())]
-        local = torch.from_numpy(np.searchsorted(self.items, own).astype(np.int64))
+        local = self.tensor(np.searchsorted(self.items, own).astype(np.int64))
         return {
             "users": self.aligned_users.copy(),
-            "best": best.numpy(),
+            "best": best.cpu().numpy(),
             "targets": np.array(own, dtype=np.int64),
-            "target_scores": scores[:, local].numpy(),
-            "target_rated": rated[:, local].numpy(),
+            "target_scores": scores[:, local].cpu().numpy(),
+            "target_rated": rated[:, local].cpu().numpy(),
         }
 
     def get_target_view(self) -> dict | None:
@@ -586,12 +588,12 @@ class VerFedGNNParty(Node):
         return self.aligned_users.copy()
 
     def get_item_embeddings(self) -> np.ndarray:
-        return self.model.item_emb.weight.detach().numpy().copy()
+        return self.model.item_emb.weight.detach().cpu().numpy().copy()
 
     def get_local_aggregates(self) -> list[np.ndarray]:
         with torch.no_grad():
             prop = self.model.propagate(self.external, aggregate_scale=self.scale)
-        return [x.numpy().copy() for x in prop.local_user_aggregates]
+        return [x.cpu().numpy().copy() for x in prop.local_user_aggregates]
 
     def get_private(self) -> dict:
         return {"items": self.items.copy(), "train": tuple(a.copy() for a in self.data["train"])}

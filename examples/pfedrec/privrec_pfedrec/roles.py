@@ -236,22 +236,27 @@ def _train(nodes: list[PFedRecUser], tables: list[np.ndarray]) -> None:
     rows = [np.unique(items) for items, _ in data]  # the rows of E each client touches
     local = [np.searchsorted(r, items) for r, (items, _) in zip(rows, data)]
     n_b, p = len(nodes), max(1, max(len(r) for r in rows))
-    table_rows = torch.zeros((n_b, p, d))  # E_u restricted to its touched rows, padded
+    # the kernels run on the host's device (a GPU where Ray gave one); the clients' state stays
+    # in numpy arrays between rounds
+    on_device = nodes[0].tensor
+    padded = np.zeros((n_b, p, d), dtype=np.float32)  # E_u restricted to its touched rows
     for b, (r, t) in enumerate(zip(rows, tables)):
-        table_rows[b, : len(r)] = torch.from_numpy(t[r])
-    w = torch.from_numpy(np.stack([n.weight for n in nodes]))
-    bias = torch.tensor([float(n.bias) for n in nodes], dtype=torch.float32)
+        padded[b, : len(r)] = t[r]
+    table_rows = on_device(padded)
+    w = on_device(np.stack([n.weight for n in nodes]))
+    bias = on_device(np.array([float(n.bias) for n in nodes], dtype=np.float32))
     loss_sum, loss_count = np.zeros(n_b), np.zeros(n_b)
     for _ in range(c.local_epochs):
         orders = [n.rng.permutation(len(lab)) for n, (_, lab) in zip(nodes, data)]
         steps = max(1, max(math.ceil(len(o) / width) for o in orders))
-        idx = torch.zeros((n_b, steps * width), dtype=torch.int64)
-        y = torch.zeros((n_b, steps * width))
-        mask = torch.zeros((n_b, steps * width))
+        idx = np.zeros((n_b, steps * width), dtype=np.int64)
+        y = np.zeros((n_b, steps * width), dtype=np.float32)
+        mask = np.zeros((n_b, steps * width), dtype=np.float32)
         for b, (o, (_, lab)) in enumerate(zip(orders, data)):
-            idx[b, : len(o)] = torch.from_numpy(local[b][o])
-            y[b, : len(o)] = torch.from_numpy(lab[o])
+            idx[b, : len(o)] = local[b][o]
+            y[b, : len(o)] = lab[o]
             mask[b, : len(o)] = 1.0
+        idx, y, mask = on_device(idx), on_device(y), on_device(mask)
         for j in range(steps):
             sl = slice(j * width, (j + 1) * width)
             ix, yj, mj = idx[:, sl], y[:, sl], mask[:, sl]
@@ -270,12 +275,12 @@ def _train(nodes: list[PFedRecUser], tables: list[np.ndarray]) -> None:
             g = (prob - yj) * scale
             table_rows.scatter_add_(1, gather, -lr_item * g[:, :, None] * w[:, None, :])
             bce = F.binary_cross_entropy(prob, yj, reduction="none")
-            loss_sum += (bce * mj).sum(1).numpy()
-            loss_count += count.numpy()
+            loss_sum += (bce * mj).sum(1).cpu().numpy()
+            loss_count += count.cpu().numpy()
     for b, n in enumerate(nodes):
         r, t = rows[b], tables[b]
-        n.weight, n.bias = w[b].numpy().copy(), np.float32(bias[b].item())
-        values = table_rows[b, : len(r)].numpy().copy()
+        n.weight, n.bias = w[b].cpu().numpy().copy(), np.float32(bias[b].item())
+        values = table_rows[b, : len(r)].cpu().numpy().copy()
         n.base, n.rows, n.values = t, r, values  # E_u: kept on the device for its predictions
         n.send(msg.ITEM_UPLOAD, SERVER, msg.encode_table(_perturbed_upload(n, t, r, values)))
         n.report("loss", loss_sum[b] / max(1.0, loss_count[b]))
@@ -295,7 +300,7 @@ def _perturbed_upload(
         delta = np.clip(delta, -c.clip, c.clip)
     up[rows] = table[rows] + delta
     if c.laplace_scale > 0:
-        up += laplace_noise(up.shape, c.laplace_scale, node.noise_generator()).numpy()
+        up += laplace_noise(up.shape, c.laplace_scale, node.noise_generator()).cpu().numpy()
     return up
 
 
@@ -307,7 +312,7 @@ def _evaluate(users: list[tuple[PFedRecUser, np.ndarray]]) -> None:
     nodes = [n for n, _ in users]
     c = nodes[0].config
     scores = np.stack([n.scores(t) for n, t in users])
-    top = topk_excluding(torch.from_numpy(scores), [n.train_items for n in nodes], c.eval_k)
+    top = topk_excluding(nodes[0].tensor(scores), [n.train_items for n in nodes], c.eval_k)
     metrics = ranking_metrics(top, [n.test_items for n in nodes], ks=(c.eval_k,))
     for name, values in metrics.items():
         for n, v in zip(nodes, values):

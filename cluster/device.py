@@ -20,6 +20,10 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 
 # the real torch.from_numpy, whatever checking() puts in its place meanwhile
 _from_numpy = torch.from_numpy
@@ -56,9 +60,29 @@ def checking(default: str = "meta") -> Iterator[None]:
     def on_default(array):  # as if from_numpy took torch's default device (build() sets the CPU)
         return _from_numpy(array).to(torch.get_default_device())
 
+    # torch's optimizers keep their step counters on the CPU on purpose (torch.tensor(0.0)): an
+    # optimizer's step runs with the CPU as default device, as it does outside the check
+    inside: list = []
+
+    def cpu_in_step(optimizer, args, kwargs):
+        inside.append(torch.device("cpu"))
+        inside[-1].__enter__()
+
+    def end_of_step(optimizer, args, kwargs):
+        if inside:
+            inside.pop().__exit__(None, None, None)
+
+    hooks = [
+        register_optimizer_step_pre_hook(cpu_in_step),
+        register_optimizer_step_post_hook(end_of_step),
+    ]
     torch.from_numpy = on_default
     try:
         with torch.device(default):
             yield
+            while inside:  # a step that raised never reached its post hook
+                inside.pop().__exit__(None, None, None)
     finally:
         torch.from_numpy = _from_numpy
+        for h in hooks:
+            h.remove()
