@@ -157,8 +157,12 @@ def _add_shared_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--gpus-per-host",
         type=float,
-        default=0.0,
-        help="GPU share each host asks Ray for, fractions allowed (default: %(default)s)",
+        default=None,
+        help="GPU share each host actor asks Ray for, fractions allowed; hosts with a share are "
+        "spread round-robin over every GPU of every node, and their nodes compute there "
+        "(default: on a cluster with GPUs, min(1, GPUs / host actors); else 0, the CPU). A host "
+        "may use the memory of its share of a GPU (a 0.25 share of an 80 GB GPU: 20 GB; Ray does "
+        "not enforce it): fewer hosts on a GPU each carry more users",
     )
     p.add_argument(
         "--cpus-per-host",
@@ -672,6 +676,7 @@ RESUME_FLAGS = (
     "--tensorboard",
     "--dashboard",
     "--dry-run",
+    "--gpus-per-host",
 )
 
 
@@ -801,7 +806,7 @@ def _check_shared(parser, args) -> None:
         check_placement(args.placement, args.hosts)
     except PlacementError as e:
         parser.error(_placement_message(e))
-    if not args.gpus_per_host >= 0:
+    if args.gpus_per_host is not None and not args.gpus_per_host >= 0:
         parser.error(f"--gpus-per-host must be >= 0, got {args.gpus_per_host}")
     if args.cpus_per_host is not None and not args.cpus_per_host > 0:
         parser.error(f"--cpus-per-host must be > 0, got {args.cpus_per_host}")
@@ -1181,6 +1186,7 @@ def _resume(parser, args, params: dict) -> int:
             checkpoint_every=args.checkpoint_every or None,
             params=params,
             tensorboard=args.tensorboard,
+            gpus_per_host=args.gpus_per_host,  # None: the run's own, or the CPU here
         )
     except (CheckpointError, ConfigError) as e:
         parser.error(f"--resume: {e}")

@@ -535,6 +535,8 @@ def spawn_spread(
         return _spawn_in_group(
             actor_cls, group, count, num_cpus, num_gpus, args_for, key if reusable else None
         )
+    if 0 < num_gpus < 1:  # fractional GPU shares: spread over the GPUs, not packed onto one
+        return _spawn_over_gpus(actor_cls, count, num_cpus, num_gpus, args_for)
     if len([n for n in ray.nodes() if n.get("Alive")]) == 1:
         key = (name, num_cpus, num_gpus, _cluster_id())
         return _spawn_solo(
@@ -594,6 +596,47 @@ def _spawn_in_group(actor_cls, group, count, num_cpus, num_gpus, args_for, key) 
     make = _maker(actor_cls, group, num_cpus, num_gpus, args_for, indices[0])
     handles = [make(i) for i in range(count)]
     return PlacedActors(handles, group, make, key, owns_group=False, first=indices[0])
+
+
+def gpu_bundles(count: int, num_gpus: float, gpus: int) -> list[list[int]]:
+    """The actors of each whole-GPU bundle when ``count`` actors of a fractional share
+    ``num_gpus`` spread over a cluster of ``gpus`` GPUs: one bundle per GPU used, as many as
+    there are GPUs (at most one per actor) or as the shares need, actor i in bundle i mod B."""
+    per_gpu = max(1, math.floor(1.0 / num_gpus + 1e-9))
+    n = max(math.ceil(count / per_gpu), min(gpus, count))
+    return [list(range(b, count, n)) for b in range(n)]
+
+
+def _spawn_over_gpus(actor_cls, count, num_cpus, num_gpus, args_for) -> PlacedActors:
+    """``count`` actors of a fractional GPU share spread round-robin over the cluster's GPUs:
+    Ray would fit fractional shares onto the first GPU with room, leaving the others idle. A
+    placement group holds one bundle of a whole GPU (and its actors' CPUs) per GPU used
+    (:func:`gpu_bundles`), spread over the nodes; each actor asks for its share inside its
+    bundle, so the actors of different bundles get different GPU ids. A replacement for a dead
+    actor starts in the same bundle, on the same GPU. Not kept for reuse."""
+    members = gpu_bundles(count, num_gpus, int(ray.cluster_resources().get("GPU", 0)))
+    bundles = [
+        {"GPU": 1.0} | ({"CPU": round(num_cpus * len(m), 4)} if num_cpus > 0 else {})
+        for m in members
+    ]
+    group = placement_group(bundles, strategy="SPREAD")
+    ready, _ = ray.wait([group.ready()], timeout=120)
+    if not ready:
+        remove_placement_group(group)
+        _no_room(count, _bundle(num_cpus, num_gpus))
+    remote_cls = ray.remote(actor_cls)
+    n = len(members)
+
+    def make(i: int):
+        args, kwargs = args_for(i)
+        where = PlacementGroupSchedulingStrategy(
+            placement_group=group, placement_group_bundle_index=i % n
+        )
+        return remote_cls.options(
+            num_cpus=num_cpus, num_gpus=num_gpus, scheduling_strategy=where
+        ).remote(*args, **kwargs)
+
+    return PlacedActors([make(i) for i in range(count)], group, make)
 
 
 def _no_room(count: int, bundle: dict):

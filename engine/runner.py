@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import pickle
 import platform
 import shutil
@@ -55,7 +56,9 @@ class RunSettings:
     seed: int = 0
     placement: str = "packed"
     hosts: int = 1
-    gpus_per_host: float = 0.0
+    # the GPU share each host asks Ray for; None: auto (min(1, the cluster's GPUs / hosts) on a
+    # cluster with GPUs, else 0: the CPU)
+    gpus_per_host: float | None = 0.0
     cpus_per_host: float | None = None
     address: str | None = None
     out: str = "runs"
@@ -156,7 +159,7 @@ def run(
     except KeyboardInterrupt:
         raise RunInterrupted(_interrupted_early(step, settings)) from None
     protocol, config, specs = plan.protocol, plan.config, plan.specs
-    check_resources(settings, cluster)
+    check_resources(settings, cluster, plan.n_hosts)
     run_dir = new_run_dir(settings.out, plan.protocol.name)
     report = RunReport(run_dir)
     report.write_config(
@@ -213,16 +216,33 @@ def check_plan(settings: RunSettings, specs: list[NodeSpec]) -> int:
     request on a local machine without one. Returns the number of host actors."""
     n_hosts = max(assign_hosts(specs, settings.placement, settings.hosts)) + 1
     settings.conditions.check_run([s.nid for s in specs], settings.rounds, n_hosts)
-    if settings.gpus_per_host > 0 and settings.address is None and not _local_gpus():
+    if (settings.gpus_per_host or 0) > 0 and settings.address is None and not _local_gpus():
         raise _no_gpu(settings, "this machine has no CUDA GPU")
     return n_hosts
 
 
-def check_resources(settings: RunSettings, cluster) -> None:
-    """A GPU request on a joined cluster without GPUs fails at once, not after Ray's scheduler
-    has waited for a node that will never come."""
+def check_resources(settings: RunSettings, cluster, n_hosts: int = 1) -> None:
+    """The automatic GPU share (``gpus_per_host`` None) for ``n_hosts`` host actors on this
+    cluster: each host min(1, GPUs / hosts), to 4 decimals (Ray's resolution), 0 without GPUs.
+    A GPU request on a joined cluster without GPUs fails at once, not after Ray's scheduler has
+    waited for a node that will never come."""
+    if settings.gpus_per_host is None:
+        share = min(1.0, cluster.gpus / max(1, n_hosts)) if cluster.gpus > 0 else 0.0
+        settings.gpus_per_host = math.floor(share * 1e4) / 1e4
     if settings.gpus_per_host > 0 and cluster.gpus <= 0:
         raise _no_gpu(settings, "the Ray cluster has no GPU")
+
+
+def gpu_note(host_info: list[dict]) -> str | None:
+    """What to say when Ray gave hosts GPU ids that CUDA cannot see (a node started with
+    ``ray start --num-gpus N`` on a machine without CUDA): they compute on the CPU."""
+    ids = sorted({g for i in host_info if i["device"] == "cpu" for g in i["gpu_ids"]})
+    if not ids:
+        return None
+    return (
+        f"Ray gave host actors GPU ids {', '.join(ids)} but CUDA sees no GPU in their processes: "
+        "they compute on the CPU"
+    )
 
 
 def _no_gpu(settings: RunSettings, where: str) -> PlacementError:
@@ -474,7 +494,7 @@ def shared_of(protocol: Protocol):
 
 
 def _deploy(settings: RunSettings, protocol: Protocol, specs: list[NodeSpec]) -> Deployment:
-    return deploy(
+    dep = deploy(
         protocol,
         settings.placement,
         settings.hosts,
@@ -485,6 +505,10 @@ def _deploy(settings: RunSettings, protocol: Protocol, specs: list[NodeSpec]) ->
         status=_Status(settings),
         default_device="meta" if settings.check_device else None,
     )
+    note = gpu_note(dep.host_info()) if (settings.gpus_per_host or 0) > 0 else None
+    if note:
+        dep.status(note)
+    return dep
 
 
 class _Status:
@@ -784,6 +808,7 @@ def _drive(
             audit["audit"] = audit_run(
                 protocol, seed=settings.seed, secure=settings.conditions.secure_rng
             )
+        placement = dep.host_info()
         summary = {
             "status": "ok",  # "failed": a node stopped the run (see _stop)
             "protocol": settings.protocol,
@@ -797,8 +822,9 @@ def _drive(
             # where each host actor ran: its Ray node, the GPUs Ray gave it, the device it used
             "host_placement": [
                 {k: i[k] for k in ("index", "node_id", "gpu_ids", "device", "nodes")}
-                for i in dep.host_info()
+                for i in placement
             ],
+            "gpu_note": gpu_note(placement),  # GPU ids CUDA cannot see (None: none)
             "rounds": settings.rounds,
             "metrics": metrics,
             "bytes_total": dep.ledger.total(),
