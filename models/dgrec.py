@@ -59,6 +59,7 @@ the item table whose gradients are shared with the neighbourhood as DGREC shares
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -67,6 +68,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from cluster.device import to_device
 from models.dgrec_batched import (
     HypergraphBatch,
     encode_batch,
@@ -173,12 +175,12 @@ class DGRECUserModel(nn.Module):
         )
 
     # ---------------------------------------------------------------------------------- encode
-    def _check_items(
+    def _item_ids(
         self, item_ids: torch.Tensor | np.ndarray | Sequence[int], what: str
     ) -> torch.Tensor:
-        ids = torch.as_tensor(
-            np.asarray(item_ids) if not isinstance(item_ids, torch.Tensor) else item_ids
-        )
+        """``item_ids`` checked (1-D, integer, non-empty, in the catalogue), as a LongTensor where
+        it was (a numpy array or a list: on the CPU)."""
+        ids = to_device(item_ids, None)
         if ids.dtype.is_floating_point or ids.dim() != 1:
             raise ValueError(
                 f"{what} must be a 1-D integer array, got {ids.dtype} of shape {tuple(ids.shape)}"
@@ -187,10 +189,16 @@ class DGRECUserModel(nn.Module):
             raise ValueError(f"{what} is empty")
         if int(ids.min()) < 0 or int(ids.max()) >= self.n_items:
             raise ValueError(f"{what} must lie in 0..{self.n_items - 1}")
-        return ids.to(device=self.item_emb.weight.device, dtype=torch.long)
+        return ids.to(torch.long)
+
+    def _check_items(
+        self, item_ids: torch.Tensor | np.ndarray | Sequence[int], what: str
+    ) -> torch.Tensor:
+        """:meth:`_item_ids` on the model's device."""
+        return self._item_ids(item_ids, what).to(self.item_emb.weight.device)
 
     def _graphs(self, node_item_ids, incidence: Incidence) -> HypergraphBatch:
-        ids = self._check_items(node_item_ids, "node_item_ids")
+        ids = self._item_ids(node_item_ids, "node_item_ids")
         return HypergraphBatch.collate(
             [(ids, incidence)], self.n_tags, self.n_items, self.item_emb.weight.device
         )
@@ -282,14 +290,24 @@ class DLGNNUserModel(nn.Module):
         self._graph_key: tuple | None = None
         self._graph = None
 
+    _item_ids = DGRECUserModel._item_ids
     _check_items = DGRECUserModel._check_items
 
     def _ego_graph(self, n_own: int):
+        """The ego graph u – I_u of ``n_own`` items on the model's device (kept for the next call)."""
         from models.lightgcn import build_local_graphs
 
-        if self._graph_key != (n_own,):
+        device = self.item_emb.weight.device
+        if self._graph_key != (n_own, str(device)):
             empty = np.zeros(0, dtype=np.int64)
-            self._graph, self._graph_key = build_local_graphs([n_own], [(empty, empty)]), (n_own,)
+            graph = build_local_graphs([n_own], [(empty, empty)])
+            self._graph = dataclasses.replace(
+                graph,
+                src=graph.src.to(device),
+                dst=graph.dst.to(device),
+                weight=graph.weight.to(device),
+            )
+            self._graph_key = (n_own, str(device))
         return self._graph
 
     def forward(self, own_items: torch.Tensor | np.ndarray, incidence: Incidence | None = None):

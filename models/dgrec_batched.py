@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.utils import scatter
 
+from cluster.device import to_device
 from models.hypergraph import (
     Incidence,
     bipartite_tag_to_item,
@@ -56,15 +57,14 @@ class HypergraphBatch:
         n_items: int,
         device: torch.device | str = "cpu",
     ) -> HypergraphBatch:
-        """``graphs``: one (node_item_ids [m_b], incidence [m_b, n_tags]) per user."""
+        """``graphs``: one (node_item_ids [m_b], incidence [m_b, n_tags]) per user. The batch is
+        assembled on the CPU and lands on ``device`` in one move."""
         if not graphs:
             raise ValueError("a hypergraph batch needs at least one user")
         ids, users, edges = [], [], []
         offset = 0
         for b, (node_ids, incidence) in enumerate(graphs):
-            node_ids = torch.as_tensor(
-                np.asarray(node_ids) if not isinstance(node_ids, torch.Tensor) else node_ids
-            )
+            node_ids = to_device(node_ids, "cpu")
             if node_ids.dtype.is_floating_point or node_ids.dim() != 1 or node_ids.numel() == 0:
                 raise ValueError(
                     f"user {b}: node_item_ids must be a non-empty 1-D integer array, "
@@ -73,10 +73,10 @@ class HypergraphBatch:
             if int(node_ids.min()) < 0 or int(node_ids.max()) >= n_items:
                 raise ValueError(f"user {b}: node_item_ids must lie in 0..{n_items - 1}")
             m = node_ids.numel()
-            idx = hyperedge_index(incidence, m, n_tags)
-            edges.append(idx + torch.tensor([[offset], [b * n_tags]]))
+            idx = hyperedge_index(incidence, m, n_tags).cpu()
+            edges.append(idx + torch.tensor([[offset], [b * n_tags]], device="cpu"))
             ids.append(node_ids.long())
-            users.append(torch.full((m,), b, dtype=torch.long))
+            users.append(torch.full((m,), b, dtype=torch.long, device="cpu"))
             offset += m
         return cls(
             torch.cat(ids).to(device),
@@ -267,18 +267,22 @@ def per_user_gradients(
     """Each of B users' own model's gradient of its eq.-3 loss, in one pass: a flat vector per
     user (parameters in ``named_parameters`` order) and the users' loss values [B]. User b's loss
     touches only slice b of the stacked parameters, so slice b of the gradient of Σ_b L_b is g_b.
-    ``pos``/``neg``: int [B, pairs]."""
+    ``pos``/``neg``: int [B, pairs]. Computed on the device of ``graphs`` and of the models."""
     model = models[0]
     params = stacked_parameters(models)
+    device = graphs.item_ids.device
     total, parts = loss_batch(
-        model, params, graphs, torch.as_tensor(pos), torch.as_tensor(neg), reduction=reduction
+        model,
+        params,
+        graphs,
+        to_device(pos, device),
+        to_device(neg, device),
+        reduction=reduction,
     )
     total.sum().backward()
     names = [name for name, _ in model.named_parameters()]
-    grads = [
-        torch.cat([params[name].grad[b].reshape(-1) for name in names]) for b in range(len(models))
-    ]
-    return grads, parts["total"].detach()
+    flat = torch.cat([params[name].grad.reshape(len(models), -1) for name in names], dim=1)
+    return list(flat.unbind(0)), parts["total"].detach()
 
 
 @torch.no_grad()
@@ -289,4 +293,5 @@ def all_item_scores(
     model = models[0]
     params = stacked_parameters(models)
     e_u = encode_batch(model, params, graphs).e_u
-    return score_batch(model, params, e_u, torch.arange(n_items).expand(len(models), -1))
+    items = torch.arange(n_items, device=e_u.device)
+    return score_batch(model, params, e_u, items.expand(len(models), -1))

@@ -18,6 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from cluster.device import build, to_device
 from models.bpr import sample_pairs
 from models.dgrec import DGRECUserModel, build_user_hypergraph
 from models.dgrec_batched import (
@@ -49,6 +50,7 @@ class HyperGNNTrainer(Trainer):
         lr: float = 1e-3,
         seed: int = 0,
         eval_k: int = 20,
+        device: torch.device | str = "cpu",
         **model_flags,
     ) -> None:
         if not len(train_items) == len(test_items) == len(neighbours):
@@ -70,14 +72,18 @@ class HyperGNNTrainer(Trainer):
             for u in self.users
         }
         torch.manual_seed(seed)
-        self.model = DGRECUserModel(self.n_items, n_tags, dim, n_interests, hidden, **model_flags)
+        self.device = torch.device(device)
+        self.model = build(  # initialised on the CPU: the same numbers on every device
+            lambda: DGRECUserModel(self.n_items, n_tags, dim, n_interests, hidden, **model_flags),
+            self.device,
+        )
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
         self.rng = np.random.default_rng(seed)
         self.pairs, self.batch_users, self.eval_k = pairs, batch_users, eval_k
 
     def _batch(self, users: Sequence[int]) -> HypergraphBatch:
         return HypergraphBatch.collate(
-            [self.graphs[u] for u in users], self.model.n_tags, self.n_items
+            [self.graphs[u] for u in users], self.model.n_tags, self.n_items, self.device
         )
 
     def train_epoch(self) -> dict[str, float]:
@@ -88,8 +94,8 @@ class HyperGNNTrainer(Trainer):
             pairs = [
                 sample_pairs(self.rng, self.n_items, self.train_items[u], self.pairs) for u in chunk
             ]
-            pos = torch.as_tensor(np.stack([p for p, _ in pairs]))
-            neg = torch.as_tensor(np.stack([n for _, n in pairs]))
+            pos = to_device(np.stack([p for p, _ in pairs]), self.device)
+            neg = to_device(np.stack([n for _, n in pairs]), self.device)
             total, _ = loss_batch(
                 self.model, shared_parameters(self.model), self._batch(chunk), pos, neg
             )
@@ -109,7 +115,7 @@ class HyperGNNTrainer(Trainer):
         judged = [u for u in self.users if len(self.test_items[u])]
         sums: dict[str, float] = {}
         params = shared_parameters(self.model)
-        all_items = torch.arange(self.n_items)
+        all_items = torch.arange(self.n_items, device=self.device)
         for start in range(0, len(judged), 128):
             chunk = judged[start : start + 128]
             e_u = encode_batch(self.model, params, self._batch(chunk)).e_u

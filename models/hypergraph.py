@@ -18,6 +18,8 @@ import scipy.sparse as sp
 import torch
 from torch_geometric.utils import scatter
 
+from cluster.device import to_device
+
 Incidence = sp.spmatrix | sp.sparray | np.ndarray | torch.Tensor
 
 
@@ -50,7 +52,8 @@ def build_user_hypergraph(
 
 def hyperedge_index(incidence: Incidence, n_nodes: int, n_tags: int) -> torch.Tensor:
     """(item position, tag) pairs of a [n_nodes, n_tags] incidence (any nonzero = member) as a
-    LongTensor [2, nnz] — PyG's ``hyperedge_index`` layout."""
+    LongTensor [2, nnz] — PyG's ``hyperedge_index`` layout: on the incidence's device for a
+    tensor, on the CPU for a scipy or numpy incidence."""
     if isinstance(incidence, torch.Tensor):
         shape = tuple(incidence.shape)
         if incidence.is_sparse:
@@ -62,7 +65,7 @@ def hyperedge_index(incidence: Incidence, n_nodes: int, n_tags: int) -> torch.Te
         coo = sp.coo_matrix(incidence)
         shape = coo.shape
         keep = coo.data != 0
-        idx = torch.from_numpy(np.stack([coo.row[keep], coo.col[keep]]).astype(np.int64))
+        idx = to_device(np.stack([coo.row[keep], coo.col[keep]]).astype(np.int64), "cpu")
     if shape != (n_nodes, n_tags):
         raise ValueError(f"incidence must be items×tags = ({n_nodes}, {n_tags}), got {shape}")
     return idx.to(torch.long)

@@ -61,10 +61,11 @@ def _check_ks(ks: Sequence[int] | int, limit: int | None = None) -> list[int]:
 
 
 def _as_tensor(x: Any, name: str) -> torch.Tensor:
+    """``x`` as a tensor where it was (a numpy array or a list: on the CPU)."""
     if isinstance(x, torch.Tensor):
         return x.detach()
     try:
-        return torch.as_tensor(np.asarray(x))
+        return to_device(np.asarray(x), None)
     except (TypeError, ValueError, RuntimeError) as exc:
         raise ValueError(f"{name}: cannot be read as a numeric array ({exc})") from exc
 
@@ -304,7 +305,9 @@ def full_ranking_metrics(
             stop = min(start + int(chunk), n_users)
             scores = users[start:stop].to(dtype) @ items.T
             ranked.append(_mask_and_rank(scores, train[start:stop], max(ks)).cpu())
-    topk = torch.cat(ranked) if ranked else torch.zeros((0, max(ks)), dtype=torch.int64)
+    topk = (
+        torch.cat(ranked) if ranked else torch.zeros((0, max(ks)), dtype=torch.int64, device="cpu")
+    )
     return ranking_metrics(topk, test_items, ks)
 
 
@@ -429,29 +432,42 @@ def next_item_metrics(
     return out
 
 
-def topk_scores(top: np.ndarray, n_items: int) -> torch.Tensor:
+def topk_scores(
+    top: np.ndarray | torch.Tensor, n_items: int, device: torch.device | str | None = None
+) -> torch.Tensor:
     """Scores [rows, n_items] that rank each row's top-K list ``top`` [rows, K] (distinct item
     ids, best first) in its order ahead of every other item: K − i for the i-th, 0 elsewhere.
     With them, :func:`next_item_metrics` scores a ranking received as top-K lists; a target
-    outside its list ranks ≥ K."""
-    top = torch.as_tensor(np.asarray(top, dtype=np.int64))
+    outside its list ranks ≥ K. On ``device``; by default ``top``'s for a tensor, torch's default
+    device for a numpy array."""
+    if device is None:
+        device = top.device if isinstance(top, torch.Tensor) else torch.get_default_device()
+    if not isinstance(top, torch.Tensor):
+        top = np.asarray(top, dtype=np.int64)
+    top = to_device(top, device, torch.int64)
     if top.dim() != 2:
         raise ValueError(f"top: expected [rows, K], got shape {tuple(top.shape)}")
     if top.numel() and (int(top.min()) < 0 or int(top.max()) >= n_items):
         raise ValueError(f"top: item ids must lie in [0, {n_items})")
     rows, k = top.shape
-    values = torch.arange(k, 0, -1, dtype=torch.float32).expand(rows, k)
-    return torch.zeros(rows, n_items, dtype=torch.float32).scatter_(1, top, values)
+    values = torch.arange(k, 0, -1, dtype=torch.float32, device=device).expand(rows, k)
+    scores = torch.zeros(rows, n_items, dtype=torch.float32, device=device)
+    return scores.scatter_(1, top, values)
 
 
 # --------------------------------------------------------------------------- baseline
 
 
-def popularity_scores(train_items: np.ndarray | list[np.ndarray], n_items: int) -> torch.Tensor:
+def popularity_scores(
+    train_items: np.ndarray | list[np.ndarray],
+    n_items: int,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
     """Item scores of the popularity baseline: how often each item occurs in training.
 
     ``train_items`` is a flat array of item ids (one per interaction) or a per-user list of
-    item arrays (then an item's score is the number of users that have it). float32 [n_items].
+    item arrays (then an item's score is the number of users that have it). float32 [n_items],
+    on ``device`` (default: the CPU).
     """
     if not isinstance(n_items, (int, np.integer)) or n_items < 1:
         raise ValueError(f"n_items must be a positive integer, got {n_items!r}")
@@ -462,4 +478,4 @@ def popularity_scores(train_items: np.ndarray | list[np.ndarray], n_items: int) 
     if items.size and (items.min() < 0 or items.max() >= n_items):
         raise ValueError(f"train_items: item ids must lie in [0, {n_items})")
     counts = np.bincount(items, minlength=int(n_items))
-    return torch.from_numpy(counts.astype(np.float32))
+    return to_device(counts.astype(np.float32), device)

@@ -58,9 +58,9 @@ class PipAttack(_Member, DGRECUser):
         self._ensure_graph()
         self.model.zero_grad(set_to_none=True)
         table = self.model.item_emb.weight
-        centre = table[torch.from_numpy(common.popular_items(self.knowledge, t))].detach().mean(0)
+        centre = table[self.tensor(common.popular_items(self.knowledge, t))].detach().mean(0)
         promote = -self.model.score(self.model(self.node_item_ids, self.incidence), t).sum()
-        pull = 0.5 * ((table[torch.from_numpy(t)] - centre) ** 2).sum()
+        pull = 0.5 * ((table[self.tensor(t)] - centre) ** 2).sum()
         (promote + pull).backward()
         g = grad_vector(self.shared_params)
         self.model.zero_grad(set_to_none=True)
@@ -69,14 +69,18 @@ class PipAttack(_Member, DGRECUser):
     def encode_own(self, grad: torch.Tensor) -> bytes:
         honest = super().encode_own(grad)  # kept where the crafted gradient is 0
         c = self.config
-        g = self.crafted_gradient().numpy()
+        g = self.crafted_gradient().cpu().numpy()
         moved = g != 0
         if c.mechanism == "onebit":  # the attacker chooses the bits: sign(g)
             bits = wire.decode_signs(honest).astype(np.int8)
             bits[moved] = np.sign(g[moved]).astype(np.int8)
             return wire.encode_signs(bits)
         vec = wire.decode_dense(honest).astype(np.float32)
-        size = c.clip if c.mechanism == "laplace" else float(np.abs(grad.numpy()).max() or c.clip)
+        size = (
+            c.clip
+            if c.mechanism == "laplace"
+            else float(np.abs(grad.cpu().numpy()).max() or c.clip)
+        )
         vec[moved] = (g[moved] * size / np.abs(g).max()).astype(np.float32)  # no noise
         return wire.encode_dense(vec)
 
@@ -112,7 +116,7 @@ class ByzantineRandom(_Byzantine, DGRECUser):
     encoded by the protocol (Blanchard et al., NeurIPS 2017)."""
 
     def crafted(self, grad, scale):
-        g = torch.from_numpy(self.rng.standard_normal(grad.shape[0]).astype(np.float32))
+        g = self.tensor(self.rng.standard_normal(grad.shape[0]).astype(np.float32))
         return g * (grad.norm() * scale / g.norm().clamp_min(1e-12))
 
 

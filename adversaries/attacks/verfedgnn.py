@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from adversaries.attacks import common, malformed
+from cluster.device import to_device
 from protocols.verfedgnn.roles import VerFedGNNParty
 
 
@@ -36,9 +37,9 @@ class _ByzantineParty(VerFedGNNParty):
         raise NotImplementedError
 
     def _crafted(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.detach().double().numpy().reshape(-1, x.shape[-1])
+        rows = x.detach().double().cpu().numpy().reshape(-1, x.shape[-1])
         out = self.byzantine(rows, float(self.knowledge.params["scale"]))
-        return torch.from_numpy(np.asarray(out).reshape(tuple(x.shape))).to(x.dtype)
+        return to_device(np.asarray(out).reshape(tuple(x.shape)), x.device, x.dtype)
 
     def tamper_aggregates(self, xs):
         return [self._crafted(x) for x in xs]

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from cluster.device import to_device
 from privacy.attacks.gradient_inference import precision_recall_f1
 
 DEGREE_POWER = {"gcn": 0.5, "ggnn": 1.0, "gat": 1.0, "sum": 0.0}
@@ -73,7 +74,8 @@ def choose_adversarial_items(n_items: int, p_ad: float, rng: np.random.Generator
 
 
 def _as_rows(x, name: str) -> torch.Tensor:
-    t = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x)
+    """``x`` as a float64 [rows, D] tensor where it was (a numpy array or a list: on the CPU)."""
+    t = to_device(x, None)
     if t.dim() != 2:
         raise ValueError(f"{name} must be a 2-D array [rows, D], got shape {tuple(t.shape)}")
     if not torch.isfinite(t).all():
@@ -106,16 +108,21 @@ def match_neighbour_embeddings(
         raise ValueError(f"tol must be >= 0, got {tol}")
     out = []
     for u, emb in enumerate(neighbours):
-        e = _as_rows(emb, f"neighbours[{u}]") if len(emb) else torch.zeros(0, sig.shape[1])
+        e = (
+            _as_rows(emb, f"neighbours[{u}]")
+            if len(emb)
+            else torch.zeros(0, sig.shape[1], device=sig.device)
+        )
         if e.shape[0] and e.shape[1] != sig.shape[1]:
             raise ValueError(f"neighbours[{u}] has width {e.shape[1]}, signatures {sig.shape[1]}")
         if e.shape[0] == 0:
             out.append(np.zeros(0, dtype=np.int64))
             continue
-        dist = torch.cdist(e.to(torch.float64), sig, p=1)  # [n_u, C]
+        e = e.to(sig.device)
+        dist = torch.cdist(e, sig, p=1)  # [n_u, C]
         best, j = dist.min(1)
         ok = best <= tol * e.abs().sum(1).clamp_min(1e-300)
-        out.append(np.unique(items[j[ok].numpy()]))
+        out.append(np.unique(items[j[ok].cpu().numpy()]))
     return out
 
 
@@ -135,11 +142,13 @@ def match_aggregates(
     sig, items = _check_signatures(signatures, signature_items)
     if x.shape[1] != sig.shape[1]:
         raise ValueError(f"targets have width {x.shape[1]}, signatures {sig.shape[1]}")
+    x = x.to(sig.device)
     if max_items < 1:
         raise ValueError(f"max_items must be >= 1, got {max_items}")
     if beam < 1 or chunk < 1:
         raise ValueError(f"beam and chunk must be >= 1, got {beam}, {chunk}")
     c_count = sig.shape[0]
+    every = torch.arange(c_count, device=sig.device)  # the signatures' indices
     max_items = min(max_items, c_count)
     out: list[np.ndarray] = []
     for lo in range(0, x.shape[0], chunk):
@@ -156,7 +165,7 @@ def match_aggregates(
         for size in range(2, max_items + 1):
             cand = sums[:, :, None, :] + sig[None, None, :, :]  # [T, B, C, D]
             d = (xb[:, None, None, :] - cand * size ** (-degree_power)).abs().sum(-1)
-            member = (sets[:, :, :, None] == torch.arange(c_count)[None, None, None, :]).any(2)
+            member = (sets[:, :, :, None] == every[None, None, None, :]).any(2)
             d = d.masked_fill(member, float("inf")).reshape(t, -1)  # no item twice
             k = min(beam, int(torch.isfinite(d).sum(1).min()))
             if k < 1:

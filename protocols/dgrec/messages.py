@@ -63,10 +63,10 @@ def encode_gradient(
     if c.mechanism == "onebit":  # eq. 5
         return wire.encode_signs(encode_onebit(grad, c.clip, c.beta, torch_generator()))
     if c.mechanism == "laplace":
-        clipped = grad.clamp(-c.clip, c.clip).numpy().astype(np.float64)
+        clipped = grad.clamp(-c.clip, c.clip).cpu().numpy().astype(np.float64)
         noisy = clipped + rng.laplace(0.0, laplace_scale, size=clipped.shape)
         return wire.encode_dense(noisy.astype(np.float32))
-    return wire.encode_dense(grad.numpy())
+    return wire.encode_dense(grad.cpu().numpy())
 
 
 class HeldShares:

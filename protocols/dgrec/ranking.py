@@ -17,10 +17,11 @@ if TYPE_CHECKING:
     from protocols.dgrec.roles import DGRECUser
 
 
-def hypergraphs(users: list[DGRECUser]) -> HypergraphBatch:
+def hypergraphs(users: list[DGRECUser], device) -> HypergraphBatch:
+    """The users' local hypergraphs as one batch on ``device`` (their host's)."""
     public = users[0].public
     return HypergraphBatch.collate(
-        [(u.node_item_ids, u.incidence) for u in users], public.n_tags, public.n_items
+        [(u.node_item_ids, u.incidence) for u in users], public.n_tags, public.n_items, device
     )
 
 
@@ -29,7 +30,7 @@ def scores(users: list[DGRECUser], models: list[torch.nn.Module]) -> torch.Tenso
     n_items, c = users[0].public.n_items, users[0].config
     with torch.no_grad():
         if c.model == "dgrec" and c.batch_users:
-            return all_item_scores(models, hypergraphs(users), n_items)
+            return all_item_scores(models, hypergraphs(users, users[0].device), n_items)
         items = np.arange(n_items)
         return torch.cat(
             [m.score(m(u.node_item_ids, u.incidence), items)[None] for u, m in zip(users, models)]

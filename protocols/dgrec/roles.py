@@ -87,15 +87,15 @@ class DGRECUser(Node):
             )
         self.test_items = np.asarray(test_items, dtype=np.int64)
         self.neighbours = np.asarray(neighbours, dtype=np.int64)  # sorted global ids
-        self.model = public_model(
-            node_seed(ctx.seed, "dgrec-public-init"), self.config, self.public
-        )
+        init_seed = node_seed(ctx.seed, "dgrec-public-init")
+        self.model = self.build(lambda: public_model(init_seed, self.config, self.public))
         self.shared_params, self.private_params = split_parameters(self.model)
         if self.private_params:  # DLGNN's user embedding: drawn by the user itself
-            gen = self.torch_generator()
+            gen = self.torch_generator("cpu")  # on the CPU: the same numbers on every device
             with torch.no_grad():
                 for p in self.private_params:
-                    p.copy_(torch.randn(p.shape, generator=gen) * self.config.init_std)
+                    drawn = torch.randn(p.shape, generator=gen, device="cpu")
+                    p.copy_(drawn * self.config.init_std)
         self.private_grad: torch.Tensor | None = None
         self.public_items = np.zeros(0, dtype=np.int64)
         self.neighbour_public: dict[int, np.ndarray] = {}
@@ -358,7 +358,7 @@ class DGRECUser(Node):
         mean = self.held.mean()
         with torch.no_grad():
             theta = parameters_to_vector(self.shared_params)
-            load_vector(theta - lr * torch.from_numpy(mean), self.shared_params)
+            load_vector(theta - lr * self.tensor(mean), self.shared_params)
             if self.private_params:  # DLGNN: the private user embedding, from its own gradient
                 own = parameters_to_vector(self.private_params) - lr * self.private_grad
                 load_vector(own, self.private_params)
@@ -385,7 +385,7 @@ class DGRECUser(Node):
         pairs = [sample_pairs(n.rng, n_items, n.train_items, c.pairs) for n in members]
         grads, losses = per_user_gradients(
             [n.model for n in members],
-            hypergraphs(members),
+            hypergraphs(members, members[0].device),
             np.stack([p for p, _ in pairs]),
             np.stack([q for _, q in pairs]),
             reduction=c.loss_reduction,
@@ -406,7 +406,7 @@ class DGRECUser(Node):
         return dict(self.last_round)
 
     def get_parameters(self) -> np.ndarray:
-        return parameters_to_vector(self.model.parameters()).detach().numpy().copy()
+        return parameters_to_vector(self.model.parameters()).detach().cpu().numpy().copy()
 
     def get_public_items(self) -> np.ndarray:
         return self.public_items.copy()
