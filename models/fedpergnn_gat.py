@@ -112,9 +112,11 @@ class LocalGAT(nn.Module):
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def flat(self) -> torch.Tensor:
+    def flat(self, device=None) -> torch.Tensor:
+        """The weights as one vector, on the parameters' device (K = 0, no parameters: an empty
+        vector on ``device``)."""
         params = [p.detach().reshape(-1) for p in self.parameters()]
-        return torch.cat(params) if params else torch.zeros(0)
+        return torch.cat(params) if params else torch.zeros(0, device=device)
 
     def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """{name: tensor} views of ``flat`` in this module's parameter order and shapes."""

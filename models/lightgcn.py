@@ -47,7 +47,8 @@ from models.trainer import Trainer
 def xavier_embeddings(n: int, dim: int, generator: torch.Generator | None = None) -> torch.Tensor:
     """[n, dim] float32 Xavier-uniform: U(−a, a), a = √(6/(n + dim)) (as torch's xavier_uniform_)."""
     bound = (6.0 / (n + dim)) ** 0.5
-    return (torch.rand((n, dim), generator=generator) * 2.0 - 1.0) * bound
+    device = None if generator is None else generator.device  # torch's default without one
+    return (torch.rand((n, dim), generator=generator, device=device) * 2.0 - 1.0) * bound
 
 
 def xavier_rows(rng: np.random.Generator, n: int, fan: int, dim: int) -> np.ndarray:
@@ -374,10 +375,11 @@ class LocalGraphs:
 
 
 def build_local_graphs(
-    item_counts: list[int], nbr_links: list[tuple[np.ndarray, np.ndarray]]
+    item_counts: list[int], nbr_links: list[tuple[np.ndarray, np.ndarray]], device="cpu"
 ) -> LocalGraphs:
     """``item_counts[b]`` = |I_u| of user b; ``nbr_links[b]`` = (neighbour index, local item
-    index) pairs: neighbour v of user b shares user b's item at that position of I_u."""
+    index) pairs: neighbour v of user b shares user b's item at that position of I_u. The edges
+    and their weights are computed on the CPU (numpy's sort) and placed on ``device``."""
     b_count = len(item_counts)
     item_off = np.concatenate([[0], np.cumsum(item_counts)]).astype(np.int64)
     n_nbrs = [int(v.max()) + 1 if len(v) else 0 for v, _ in nbr_links]
@@ -396,14 +398,14 @@ def build_local_graphs(
     src = to_device(np.concatenate(src_parts).astype(np.int64), "cpu")
     dst = to_device(np.concatenate(dst_parts).astype(np.int64), "cpu")
     src, dst = sort_edges(src, dst)
-    n_nodes = base_nbr + int(nbr_off[-1])
+    weight = edge_weights(src, dst, base_nbr + int(nbr_off[-1]))
     return LocalGraphs(
         b_count,
         [(int(item_off[b]), int(item_off[b + 1])) for b in range(b_count)],
         [(int(nbr_off[b]), int(nbr_off[b + 1])) for b in range(b_count)],
-        src,
-        dst,
-        edge_weights(src, dst, n_nodes),
+        src.to(device),
+        dst.to(device),
+        weight.to(device),
     )
 
 
@@ -417,6 +419,6 @@ def local_forward(
     """h_u [B, d]: mean of layers 0..K of propagation on the stacked local subgraphs.
     ``item_emb`` [Σ|I_u|, d] and ``nbr_emb`` [Σ|U_u|, d] in the layout of :class:`LocalGraphs`."""
     x0 = torch.cat([user_emb, item_emb, nbr_emb.to(user_emb.dtype)])
-    w = graphs.weight.to(x0.device)
+    w = graphs.weight.to(x0.device)  # a no-op for graphs built on x0's device
     h = propagate(x0, graphs.src.to(x0.device), graphs.dst.to(x0.device), w, layers)
     return h[: graphs.n_users]

@@ -81,7 +81,9 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
             n_items, n.train_items, real, m, c.clip, upload_laplace(c), g
         )
         n.send("item_grads", server, msg.encode_item_grads(ids, noisy))
-        w_noisy = clip_and_laplace(weights.grad.detach(), c.clip, upload_laplace(c), g)
+        # K = 0 (plain MF) has no weights: θ is empty and gets no gradient
+        w_grad = weights.grad if weights.grad is not None else torch.zeros_like(weights)
+        w_noisy = clip_and_laplace(w_grad.detach(), c.clip, upload_laplace(c), g)
         n.send("gat_grads", server, wire.encode_dense(w_noisy))
         n.last_upload_ids = ids  # for measuring attacks (never sent apart from the upload)
         if n.secure_aggregation:  # the server cannot count the rows: the user tells the driver

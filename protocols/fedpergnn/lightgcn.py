@@ -56,7 +56,7 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
     e = to_device(e_list[0], dev) if all(x is e_list[0] for x in e_list) else None
     n_pos = [len(n.train_items) for n in nodes]
     pos_leaf = _gather_rows(e, e_list, [n.train_items for n in nodes], dev).requires_grad_(True)
-    graphs = build_local_graphs(n_pos, [n.nbr_links for n in nodes])
+    graphs = build_local_graphs(n_pos, [n.nbr_links for n in nodes], dev)
     nbr = torch.cat([n.nbr_emb for n in nodes])
     e_pos = pos_leaf.detach().split(n_pos)
     users = torch.stack([n.embedding for n in nodes])
@@ -110,11 +110,12 @@ def train_users(nodes: list, inboxes: list, server: str) -> None:
         ids, noisy, n.last_pseudo_items = perturbed_upload(
             n_items, ids_real, real, m, c.clip, upload_laplace(c), gens[b]
         )
-        ids, noisy = n.tamper_upload(ids, noisy, e_list[b])  # an adversary's change, if any
-        n.send("item_grads", server, msg.encode_item_grads(ids, noisy))
+        rows = noisy.cpu().numpy()  # leaves the device here: the upload as sent
+        ids, rows = n.tamper_upload(ids, rows, e_list[b])  # an adversary's change, if any
+        n.send("item_grads", server, msg.encode_item_grads(ids, rows))
         n.last_upload_ids = ids  # for measuring attacks (never sent apart from the upload)
         if n.secure_aggregation:  # the server cannot count the rows: the user tells the driver
-            n.report(f"upload_coords/{n.id}", noisy.numel())
+            n.report(f"upload_coords/{n.id}", rows.size)
         n.embedding = new_users[b].clone()
         n.report("loss", loss)
 
@@ -152,7 +153,9 @@ def _gather_rows(
 
 def representations(nodes: list, e_list: list[np.ndarray]) -> torch.Tensor:
     """h_u of every listed user (no gradient), given the item embeddings each holds."""
-    graphs = build_local_graphs([len(n.train_items) for n in nodes], [n.nbr_links for n in nodes])
+    graphs = build_local_graphs(
+        [len(n.train_items) for n in nodes], [n.nbr_links for n in nodes], nodes[0].device
+    )
     items = to_device(
         np.concatenate([e[n.train_items] for n, e in zip(nodes, e_list)]), nodes[0].device
     )

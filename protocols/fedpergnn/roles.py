@@ -240,7 +240,7 @@ class Server(Node):
         if c.backbone == "gat":
             seed = int(self.rng.integers(0, 2**31))
             init = self.build(lambda: LocalGAT(c.dim, c.layers, seed=seed))
-            self.gat_weights = torch.nn.Parameter(init.flat())
+            self.gat_weights = torch.nn.Parameter(init.flat(self.device))
             self.gat_optimizer = torch.optim.Adam([self.gat_weights], lr=c.lr_item)
 
     def handle(self, phase: str, inbox) -> None:
@@ -297,7 +297,8 @@ class Server(Node):
             with torch.no_grad():
                 for w in (self.item_emb, self.gat_weights):
                     if w is not None:
-                        w.add_(laplace_noise(w.shape, scale, g).to(w.dtype))
+                        # a numpy generator (--secure-rng) draws on the CPU: moved to w's device
+                        w.add_(laplace_noise(w.shape, scale, g).to(w.device, w.dtype))
 
     def _aggregate_sum(self, total) -> None:
         """Step 3 with secure aggregation: the mean from the sum of the survivors' uploads alone
