@@ -41,7 +41,9 @@ def step_on_mean(
     uploads: list[tuple[np.ndarray, np.ndarray]],
 ) -> None:
     """Sum the uploads row by row in the given order (float64), average over the uploads, and take
-    one optimizer step on ``table``. Nothing happens without uploads."""
+    one optimizer step on ``table`` (on its device). Nothing happens without uploads. The sum is
+    taken in numpy on the CPU: the same additions in the same order on every device (a GPU's
+    ``index_add_`` adds the rows of a repeated id in no fixed order)."""
     if not uploads:
         return
     total = np.zeros(tuple(table.shape), dtype=np.float64)

@@ -121,7 +121,7 @@ def test_local_step_is_the_authors_two_optimizer_loop():
     lin = torch.nn.Linear(dim, 1)
     with torch.no_grad():
         emb.weight.copy_(torch.from_numpy(table))
-        lin.weight.copy_(torch.from_numpy(twin.weight)[None])
+        lin.weight.copy_(twin.weight[None])
         lin.bias.fill_(float(twin.bias))
     opt = torch.optim.SGD(lin.parameters(), lr=cfg.lr)
     opt_i = torch.optim.SGD(emb.parameters(), lr=cfg.lr * n_items * cfg.lr_eta)

@@ -56,7 +56,7 @@ class DMFUser(Node):
         elif phase == "eval":
             if len(self.test_items):
                 k = self.config.eval_k
-                evaluate_users([self], self.factor[None], [self.item_factors.cpu().numpy()], k)
+                evaluate_users([self], self.factor[None], [self.item_factors], k)
         else:
             super().handle(phase, inbox)
 
@@ -83,9 +83,8 @@ class DMFUser(Node):
         # the seed which user originated a gradient gossiped on its behalf
         nonce = secrets.token_bytes(msg.NONCE_BYTES)
         self.seen.add(nonce)
-        ids, rows = self.tamper_upload(
-            ids, rows.cpu().numpy(), q.cpu().numpy()
-        )  # an adversary's change
+        # an adversary's change (attacks read numpy: the CPU's copies)
+        ids, rows = self.tamper_upload(ids, rows.cpu().numpy(), q.cpu().numpy())
         payload = msg.encode_item_grads(nonce, ids, rows)
         for v in self.neighbours:
             if self.online(v):  # an offline neighbour cannot be reached this round

@@ -144,13 +144,16 @@ class FedMFUser(Node):
             users = users - c.lr_user * bpr_grads(users, pos_f, neg_f, c.l2).user
         g = bpr_grads(users, pos_f, neg_f, c.l2)
         new_users = users - c.lr_user * g.user
+        # the uploads' rows [B, 2P, d] and the losses leave the device in one transfer each
+        uploads = torch.cat([g.pos_items, g.neg_items], dim=1).cpu().numpy()
+        losses = g.loss.tolist()
         for b, n in enumerate(nodes):
             n.factor = new_users[b].clone()
             ids = np.concatenate(pairs[b])
-            rows = torch.cat([g.pos_items[b], g.neg_items[b]]).cpu().numpy()
+            rows = uploads[b]
             ids, rows = n.tamper_upload(ids, rows, q_list[b])  # an adversary's change, if any
             n.send(msg.ITEM_GRADS, SERVER, msg.encode_item_grads(ids, rows))
-            n.report("loss", g.loss[b].item())
+            n.report("loss", losses[b])
 
     @staticmethod
     def _evaluate(nodes: list[FedMFUser], inboxes) -> None:

@@ -60,7 +60,8 @@ class PFedRecServer(Node):
         c, n_items = self.config, self.public.n_items
         self.users = np.asarray(users, dtype=np.int64)  # the registered clients
         # E^0 ~ N(0, init_std²): torch.nn.Embedding's initialisation in the authors' code
-        self.table = self.rng.normal(0.0, c.init_std, size=(n_items, c.dim)).astype(np.float32)
+        e0 = self.rng.normal(0.0, c.init_std, size=(n_items, c.dim)).astype(np.float32)
+        self.table = self.tensor(e0)  # on the host's device, as every tensor of a role
 
     def handle(self, phase: str, inbox) -> None:
         if phase in ("download", "eval_download"):
@@ -83,8 +84,8 @@ class PFedRecServer(Node):
             if total is None or total.n < max(1, self.min_participants):
                 self.report("skipped", 1.0)
                 return
-            mean = total.parts[msg.ITEM_UPLOAD] / total.n
-            self.table = mean.reshape(self.table.shape).astype(np.float32)
+            mean = self.tensor(total.parts[msg.ITEM_UPLOAD]) / total.n
+            self.table = mean.reshape(self.table.shape).to(torch.float32)
             return
         expect_kinds(inbox, msg.ITEM_UPLOAD, node=self.id)
         c, n_items = self.config, self.public.n_items
@@ -110,13 +111,13 @@ class PFedRecServer(Node):
         if len(tables) < max(1, self.min_participants):  # too few arrived: keep E, say so
             self.report("skipped", 1.0)
             return
-        total = np.zeros((n_items, c.dim), dtype=np.float64)
+        total = torch.zeros((n_items, c.dim), dtype=torch.float64, device=self.device)
         for t in tables:
-            total += t
-        self.table = (total / len(tables)).astype(np.float32)
+            total += self.tensor(t)
+        self.table = (total / len(tables)).to(torch.float32)
 
     def get_table(self) -> np.ndarray:
-        return self.table.copy()
+        return self.table.cpu().numpy().copy()
 
 
 class PFedRecUser(Node):
@@ -134,48 +135,48 @@ class PFedRecUser(Node):
         self.test_items = np.asarray(test_items, dtype=np.int64)
         self.not_trained = np.setdiff1d(np.arange(n_items), self.train_items)  # negative pool
         # φ_u^0: every client starts from the same score function (the authors' clients copy one
-        # initial model), torch.nn.Linear's initialisation U(-1/√d, 1/√d)
+        # initial model), torch.nn.Linear's initialisation U(-1/√d, 1/√d); its tensors live on
+        # the host's device
         init = np.random.default_rng(self.public.init_seed)
         bound = 1.0 / math.sqrt(c.dim)
-        self.weight = init.uniform(-bound, bound, size=c.dim).astype(np.float32)  # w_u
-        self.bias = np.float32(init.uniform(-bound, bound))  # b_u
+        self.weight = self.tensor(init.uniform(-bound, bound, size=c.dim).astype(np.float32))
+        self.bias = self.tensor(np.float32(init.uniform(-bound, bound)))  # b_u: a 0-d tensor
         # E_u, the personal item table: the global table it was fine-tuned from (``base``) with
-        # its fine-tuned ``rows`` replaced by ``values``; None until the client has trained
-        self.base: np.ndarray | None = None
+        # its fine-tuned ``rows`` (item ids, numpy) replaced by ``values``; None until the client
+        # has trained
+        self.base: torch.Tensor | None = None
         self.rows = np.zeros(0, dtype=np.int64)
-        self.values = np.zeros((0, c.dim), dtype=np.float32)
+        self.values = torch.zeros((0, c.dim), device=self.device)
         self._eval_negatives: list[np.ndarray] | None = None
 
     @classmethod
     def handle_batch(cls, nodes, phase, inboxes) -> None:
-        if phase in ("train", "eval"):  # each client's one table of this round from the server
-            kind = msg.ITEM_TABLE if phase == "train" else msg.EVAL_ITEM_TABLE
-            for n, inbox in zip(nodes, inboxes):
-                expect_kinds(inbox, kind, node=n.id)
-            firsts = [n.admit_one(inbox, kind) for n, inbox in zip(nodes, inboxes)]
-            nodes = [n for n, m in zip(nodes, firsts) if m is not None]
-            inboxes = [[m] for m in firsts if m is not None]
-            if not nodes:
-                return
+        if phase not in ("train", "eval"):
+            raise ValueError(f"{cls.__name__}: no handler for phase {phase!r}")
+        # each client's one table of this round from the server
+        kind = msg.ITEM_TABLE if phase == "train" else msg.EVAL_ITEM_TABLE
+        for n, inbox in zip(nodes, inboxes):
+            expect_kinds(inbox, kind, node=n.id)
+        firsts = [n.admit_one(inbox, kind) for n, inbox in zip(nodes, inboxes)]
+        nodes = [n for n, m in zip(nodes, firsts) if m is not None]
+        inboxes = [[m] for m in firsts if m is not None]
+        if not nodes:
+            return
+        c, n_items, on_device = nodes[0].config, nodes[0].public.n_items, nodes[0].tensor
+        # one table on the host's device per distinct payload (a broadcast is decoded and moved
+        # once, and its clients share it)
+        tables = decode_shared(
+            inboxes, kind, lambda p: on_device(msg.decode_table(p, n_items, c.dim))
+        )
         if phase == "train":
-            c, n_items = nodes[0].config, nodes[0].public.n_items
-            tables = decode_shared(
-                inboxes, msg.ITEM_TABLE, lambda p: msg.decode_table(p, n_items, c.dim)
-            )
             order = sorted(range(len(nodes)), key=lambda b: len(nodes[b].train_items))
             for start in range(0, len(order), TRAIN_CHUNK):
                 chunk = order[start : start + TRAIN_CHUNK]
                 _train([nodes[b] for b in chunk], [tables[b] for b in chunk])
-        elif phase == "eval":
-            c, n_items = nodes[0].config, nodes[0].public.n_items
-            tables = decode_shared(
-                inboxes, msg.EVAL_ITEM_TABLE, lambda p: msg.decode_table(p, n_items, c.dim)
-            )
+        else:
             users = [(n, t) for n, t in zip(nodes, tables) if len(n.test_items)]
             for start in range(0, len(users), EVAL_CHUNK):
                 _evaluate(users[start : start + EVAL_CHUNK])
-        else:
-            raise ValueError(f"{cls.__name__}: no handler for phase {phase!r}")
 
     # --- the client's own data ------------------------------------------------------------------
     def examples(self) -> tuple[np.ndarray, np.ndarray]:
@@ -192,12 +193,12 @@ class PFedRecUser(Node):
         labels = np.concatenate([np.ones(len(self.train_items)), np.zeros(n_neg)])
         return items, labels.astype(np.float32)
 
-    def scores(self, table: np.ndarray) -> np.ndarray:
+    def scores(self, table: torch.Tensor) -> torch.Tensor:
         """w_u·e_i + b_u for every item i, with E_u (or ``table`` before the first round)."""
         base = self.base if self.base is not None else table
         s = base @ self.weight + self.bias
         if len(self.rows):
-            s[self.rows] = self.values @ self.weight + self.bias
+            s[self.tensor(self.rows)] = self.values @ self.weight + self.bias
         return s
 
     def eval_negatives(self) -> list[np.ndarray]:
@@ -215,20 +216,22 @@ class PFedRecUser(Node):
         return self._eval_negatives
 
     def get_state(self) -> dict:
-        """The client's personal model (inspection for tests)."""
+        """The client's personal model (inspection for tests), in numpy."""
         return {
-            "weight": self.weight.copy(),
+            "weight": self.weight.cpu().numpy().copy(),
             "bias": float(self.bias),
             "rows": self.rows.copy(),
-            "values": self.values.copy(),
+            "values": self.values.cpu().numpy().copy(),
         }
 
 
-def _train(nodes: list[PFedRecUser], tables: list[np.ndarray]) -> None:
+def _train(nodes: list[PFedRecUser], tables: list[torch.Tensor | np.ndarray]) -> None:
     """Step 2 for a chunk of clients in one vectorised pass: eqs. (2)–(4). Row b of every tensor
     depends on client b alone (its data, its RNG, the table it received); the batch width is
     always ``batch_size`` (padding is masked), so a client's result does not depend on which
-    clients share its chunk or host."""
+    clients share its chunk or host. The kernels run on the host's device (a GPU where Ray gave
+    one), where the clients' models stay; the examples are drawn in numpy on each client's RNG,
+    the same on every device."""
     c, n_items = nodes[0].config, nodes[0].public.n_items
     d, width = c.dim, c.batch_size
     lr_item = c.lr * n_items * c.lr_eta  # the authors' item step: lr · |I| · lr_eta
@@ -236,16 +239,15 @@ def _train(nodes: list[PFedRecUser], tables: list[np.ndarray]) -> None:
     rows = [np.unique(items) for items, _ in data]  # the rows of E each client touches
     local = [np.searchsorted(r, items) for r, (items, _) in zip(rows, data)]
     n_b, p = len(nodes), max(1, max(len(r) for r in rows))
-    # the kernels run on the host's device (a GPU where Ray gave one); the clients' state stays
-    # in numpy arrays between rounds
-    on_device = nodes[0].tensor
-    padded = np.zeros((n_b, p, d), dtype=np.float32)  # E_u restricted to its touched rows
+    device, on_device = nodes[0].device, nodes[0].tensor
+    tables = [on_device(t) for t in tables]  # (already there when handle_batch decoded them)
+    table_rows = torch.zeros((n_b, p, d), device=device)  # E_u's touched rows, padded
     for b, (r, t) in enumerate(zip(rows, tables)):
-        padded[b, : len(r)] = t[r]
-    table_rows = on_device(padded)
-    w = on_device(np.stack([n.weight for n in nodes]))
-    bias = on_device(np.array([float(n.bias) for n in nodes], dtype=np.float32))
-    loss_sum, loss_count = np.zeros(n_b), np.zeros(n_b)
+        table_rows[b, : len(r)] = t[on_device(r)]
+    w = torch.stack([n.weight for n in nodes])
+    bias = torch.stack([n.bias for n in nodes])
+    loss_sum = torch.zeros(n_b, dtype=torch.float64, device=device)
+    loss_count = torch.zeros(n_b, dtype=torch.float64, device=device)
     for _ in range(c.local_epochs):
         orders = [n.rng.permutation(len(lab)) for n, (_, lab) in zip(nodes, data)]
         steps = max(1, max(math.ceil(len(o) / width) for o in orders))
@@ -256,13 +258,14 @@ def _train(nodes: list[PFedRecUser], tables: list[np.ndarray]) -> None:
             idx[b, : len(o)] = local[b][o]
             y[b, : len(o)] = lab[o]
             mask[b, : len(o)] = 1.0
+        live = mask.reshape(n_b, steps, width).any(axis=(0, 2))  # steps with an example
         idx, y, mask = on_device(idx), on_device(y), on_device(mask)
         for j in range(steps):
+            if not live[j]:
+                break
             sl = slice(j * width, (j + 1) * width)
             ix, yj, mj = idx[:, sl], y[:, sl], mask[:, sl]
             count = mj.sum(1)
-            if not bool((count > 0).any()):
-                break
             scale = mj / count.clamp(min=1.0)[:, None]  # BCE is a mean over the batch
             gather = ix[:, :, None].expand(-1, -1, d)
             e = table_rows.gather(1, gather)  # [n_b, B, d]
@@ -275,51 +278,53 @@ def _train(nodes: list[PFedRecUser], tables: list[np.ndarray]) -> None:
             g = (prob - yj) * scale
             table_rows.scatter_add_(1, gather, -lr_item * g[:, :, None] * w[:, None, :])
             bce = F.binary_cross_entropy(prob, yj, reduction="none")
-            loss_sum += (bce * mj).sum(1).cpu().numpy()
-            loss_count += count.cpu().numpy()
+            loss_sum += (bce * mj).sum(1)
+            loss_count += count
+    losses = (loss_sum / loss_count.clamp(min=1.0)).tolist()
     for b, n in enumerate(nodes):
         r, t = rows[b], tables[b]
-        n.weight, n.bias = w[b].cpu().numpy().copy(), np.float32(bias[b].item())
-        values = table_rows[b, : len(r)].cpu().numpy().copy()
-        n.base, n.rows, n.values = t, r, values  # E_u: kept on the device for its predictions
+        n.weight, n.bias = w[b].clone(), bias[b].clone()
+        values = table_rows[b, : len(r)].clone()
+        n.base, n.rows, n.values = t, r, values  # E_u, kept for the client's predictions
         n.send(msg.ITEM_UPLOAD, SERVER, msg.encode_table(_perturbed_upload(n, t, r, values)))
-        n.report("loss", loss_sum[b] / max(1.0, loss_count[b]))
+        n.report("loss", losses[b])
         n.report(f"released/{n.id}", 1.0)  # the driver's accountant charges this client
 
 
 def _perturbed_upload(
-    node: PFedRecUser, table: np.ndarray, rows: np.ndarray, values: np.ndarray
-) -> np.ndarray:
+    node: PFedRecUser, table: torch.Tensor, rows: np.ndarray, values: torch.Tensor
+) -> torch.Tensor:
     """Eq. (4): Ẽ_u = E + clip(E_u − E, −clip, clip) + Laplace(0, b)^{|I|×d}: the client's whole
     fine-tuned table (the authors upload the model's whole item embedding), its update clipped
     per coordinate and every coordinate noised when the LDP variant is on."""
     c = node.config
-    up = table.copy()
-    delta = values - table[rows]
+    ids = node.tensor(rows)
+    delta = values - table[ids]
     if c.clip > 0:
-        delta = np.clip(delta, -c.clip, c.clip)
-    up[rows] = table[rows] + delta
-    if c.laplace_scale > 0:
-        up += laplace_noise(up.shape, c.laplace_scale, node.noise_generator()).cpu().numpy()
+        delta = delta.clamp(-c.clip, c.clip)
+    up = table.clone()
+    up[ids] = table[ids] + delta
+    if c.laplace_scale > 0:  # (a --secure-rng generator draws on the CPU)
+        up += laplace_noise(up.shape, c.laplace_scale, node.noise_generator()).to(up.device)
     return up
 
 
-def _evaluate(users: list[tuple[PFedRecUser, np.ndarray]]) -> None:
+def _evaluate(users: list[tuple[PFedRecUser, torch.Tensor]]) -> None:
     """Each client ranks every item it has not trained on with its personal model (E_u, φ_u) and
     reports Recall/NDCG/Precision/Hit/MRR@eval_k; and, the paper's protocol, ranks each test item
     among ``eval_negatives`` sampled non-interacted items: sampled HR@10 and NDCG@10 (a tie
     counts against the test item, as the authors' pandas rank(method='first') has it)."""
     nodes = [n for n, _ in users]
     c = nodes[0].config
-    scores = np.stack([n.scores(t) for n, t in users])
-    top = topk_excluding(nodes[0].tensor(scores), [n.train_items for n in nodes], c.eval_k)
+    scores = torch.stack([n.scores(t) for n, t in users])
+    top = topk_excluding(scores, [n.train_items for n in nodes], c.eval_k)
     metrics = ranking_metrics(top, [n.test_items for n in nodes], ks=(c.eval_k,))
     for name, values in metrics.items():
         for n, v in zip(nodes, values):
             n.report(name, v)
     if c.eval_negatives == 0:
         return
-    for n, s in zip(nodes, scores):
+    for n, s in zip(nodes, scores.cpu().numpy()):  # a few items per client: ranked in numpy
         hits, gains = [], []
         for item, negs in zip(n.test_items, n.eval_negatives()):
             rank = 1 + int((s[negs] >= s[item]).sum())
