@@ -59,7 +59,6 @@ the item table whose gradients are shared with the neighbourhood as DGREC shares
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -300,13 +299,7 @@ class DLGNNUserModel(nn.Module):
         device = self.item_emb.weight.device
         if self._graph_key != (n_own, str(device)):
             empty = np.zeros(0, dtype=np.int64)
-            graph = build_local_graphs([n_own], [(empty, empty)])
-            self._graph = dataclasses.replace(
-                graph,
-                src=graph.src.to(device),
-                dst=graph.dst.to(device),
-                weight=graph.weight.to(device),
-            )
+            self._graph = build_local_graphs([n_own], [(empty, empty)], device)
             self._graph_key = (n_own, str(device))
         return self._graph
 
