@@ -159,10 +159,12 @@ def _add_shared_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="GPU share each host actor asks Ray for, fractions allowed; hosts with a share are "
-        "spread round-robin over every GPU of every node, and their nodes compute there "
-        "(default: on a cluster with GPUs, min(1, GPUs / host actors); else 0, the CPU). A host "
-        "may use the memory of its share of a GPU (a 0.25 share of an 80 GB GPU: 20 GB; Ray does "
-        "not enforce it): fewer hosts on a GPU each carry more users",
+        "spread round-robin over every GPU of every node, and their nodes compute there; 0: the "
+        "CPU (default: on a cluster with GPUs, 1 when there is a GPU per host actor, else "
+        "1/ceil(host actors / GPUs), e.g. 0.5 for 3 hosts on 2 GPUs; without GPUs, 0). A host's "
+        "memory budget is its share of its GPU's memory less 10%% for CUDA (a 0.5 share of an "
+        "80 GiB GPU: 36 GiB; Ray does not enforce it), so a host on a GPU may carry more users "
+        "than a CPU host: fewer --hosts",
     )
     p.add_argument(
         "--cpus-per-host",

@@ -419,12 +419,14 @@ class PlacedActors:
 
 
 # Idle actors, kept between deployments of one driver (a comparison, a test session, a tuning
-# grid): a deployment resets them instead of starting new processes. On a cluster of several
-# nodes a placement group is reused whole by a deployment of the same shape; on one node (where
-# spreading means nothing) actors are placed one by one and parked one by one, so a deployment
-# of any size takes whichever idle actors ask for the resources it asks for and starts only the
-# rest. At most MAX_IDLE_ACTORS are kept (the oldest go first), and idle actors are killed when
-# new ones would not fit beside them, so they never hold resources a deployment waits for.
+# grid): a deployment resets them instead of starting new processes. Actors in a placement
+# group (on a cluster of several nodes; with a fractional GPU share on any cluster:
+# :func:`_spawn_over_gpus`) are reused as a whole group by a deployment of the same shape; on
+# one node (where spreading means nothing) actors are placed one by one and parked one by one,
+# so a deployment of any size takes whichever idle actors ask for the resources it asks for and
+# starts only the rest. At most MAX_IDLE_ACTORS are kept (the oldest go first), and idle actors
+# are killed when new ones would not fit beside them, so they never hold resources a deployment
+# waits for.
 _IDLE: list[PlacedActors] = []
 MAX_IDLE_ACTORS = 8
 
@@ -517,10 +519,12 @@ def spawn_spread(
 ) -> PlacedActors:
     """Start ``count`` actors of ``actor_cls`` (a plain class), each with ``num_cpus``/``num_gpus``
     (fractions allowed), spread over the cluster's nodes with a SPREAD placement group (on a
-    one-node cluster each actor is placed on its own). An actor class with a ``reset`` method
-    (same arguments as its constructor, the same state as a fresh actor after it) is reused: on
-    several nodes the group released last, when of the same shape, is reset instead of started;
-    on one node any idle actors that ask for the same resources are, and only the rest start.
+    one-node cluster each actor is placed on its own; actors with a fractional GPU share are
+    spread round-robin over the cluster's GPUs: :func:`_spawn_over_gpus`). An actor class with a
+    ``reset`` method (same arguments as its constructor, the same state as a fresh actor after
+    it) is reused: a placement group released last, when of the same shape, is reset instead of
+    started; on one node any idle actors that ask for the same resources are, and only the rest
+    start.
 
     ``args_for(i)`` gives the constructor's ``(args, kwargs)`` for actor ``i``."""
     if count < 1:
@@ -536,7 +540,10 @@ def spawn_spread(
             actor_cls, group, count, num_cpus, num_gpus, args_for, key if reusable else None
         )
     if 0 < num_gpus < 1:  # fractional GPU shares: spread over the GPUs, not packed onto one
-        return _spawn_over_gpus(actor_cls, count, num_cpus, num_gpus, args_for)
+        key = (name, "over GPUs", count, num_cpus, num_gpus, _cluster_id())
+        return _spawn_over_gpus(
+            actor_cls, count, num_cpus, num_gpus, args_for, key if reusable else None
+        )
     if len([n for n in ray.nodes() if n.get("Alive")]) == 1:
         key = (name, num_cpus, num_gpus, _cluster_id())
         return _spawn_solo(
@@ -598,34 +605,71 @@ def _spawn_in_group(actor_cls, group, count, num_cpus, num_gpus, args_for, key) 
     return PlacedActors(handles, group, make, key, owns_group=False, first=indices[0])
 
 
+# What a host actor with a share of a GPU may hold in that GPU's memory: its share of the
+# device's memory, less this fraction kept for the CUDA contexts of the processes beside it (a
+# host on a GPU carries more users than a CPU host; its budget is this, not the machine's RAM).
+# Ray does not enforce it: a host that outgrows it stops with CUDA's out-of-memory error.
+GPU_MEMORY_RESERVE = 0.1
+
+
+def gpu_memory_budget(share: float, device_bytes: int) -> int:
+    """The bytes of GPU memory a host actor with ``share`` of a GPU of ``device_bytes`` may use
+    (:data:`GPU_MEMORY_RESERVE`): a 0.5 share of an 80 GiB GPU, 36 GiB; a whole one, 72 GiB."""
+    return int(min(1.0, share) * (1.0 - GPU_MEMORY_RESERVE) * device_bytes)
+
+
+def gpus_needed(count: int, num_gpus: float) -> int:
+    """The GPUs ``count`` actors of a share ``num_gpus`` need: Ray puts at most ⌊1/share⌋
+    fractional shares on one GPU (0.6 + 0.6 do not fit on one), and whole shares are whole GPUs."""
+    if num_gpus <= 0:
+        return 0
+    if num_gpus >= 1:
+        return count * math.ceil(num_gpus - 1e-9)
+    return math.ceil(count / max(1, math.floor(1.0 / num_gpus + 1e-9)))
+
+
 def gpu_bundles(count: int, num_gpus: float, gpus: int) -> list[list[int]]:
     """The actors of each whole-GPU bundle when ``count`` actors of a fractional share
     ``num_gpus`` spread over a cluster of ``gpus`` GPUs: one bundle per GPU used, as many as
     there are GPUs (at most one per actor) or as the shares need, actor i in bundle i mod B."""
-    per_gpu = max(1, math.floor(1.0 / num_gpus + 1e-9))
-    n = max(math.ceil(count / per_gpu), min(gpus, count))
+    n = max(gpus_needed(count, num_gpus), min(gpus, count))
     return [list(range(b, count, n)) for b in range(n)]
 
 
-def _spawn_over_gpus(actor_cls, count, num_cpus, num_gpus, args_for) -> PlacedActors:
+def _spawn_over_gpus(actor_cls, count, num_cpus, num_gpus, args_for, key) -> PlacedActors:
     """``count`` actors of a fractional GPU share spread round-robin over the cluster's GPUs:
     Ray would fit fractional shares onto the first GPU with room, leaving the others idle. A
     placement group holds one bundle of a whole GPU (and its actors' CPUs) per GPU used
     (:func:`gpu_bundles`), spread over the nodes; each actor asks for its share inside its
-    bundle, so the actors of different bundles get different GPU ids. A replacement for a dead
-    actor starts in the same bundle, on the same GPU. Not kept for reuse."""
+    bundle, so the actors of different bundles get different GPU ids (Ray gives an actor in a
+    bundle the GPU the bundle reserved). A replacement for a dead actor starts in the same
+    bundle, on the same GPU. With ``key`` (an actor class that can ``reset``), the group is
+    parked idle after the run and reset by the next deployment of the same shape."""
+    placed = _reuse(key, args_for) if key is not None else None
+    if placed is not None:
+        placed.make = _gpu_maker(actor_cls, placed.group, num_cpus, num_gpus, args_for)
+        return placed
     members = gpu_bundles(count, num_gpus, int(ray.cluster_resources().get("GPU", 0)))
     bundles = [
         {"GPU": 1.0} | ({"CPU": round(num_cpus * len(m), 4)} if num_cpus > 0 else {})
         for m in members
     ]
+    if _IDLE:  # idle actors (of CPU runs, of another shape) may hold what the group needs
+        _make_room({"GPU": float(len(bundles)), "CPU": max(0.0, num_cpus) * count}, 1)
     group = placement_group(bundles, strategy="SPREAD")
     ready, _ = ray.wait([group.ready()], timeout=120)
     if not ready:
         remove_placement_group(group)
         _no_room(count, _bundle(num_cpus, num_gpus))
+    make = _gpu_maker(actor_cls, group, num_cpus, num_gpus, args_for)
+    return PlacedActors([make(i) for i in range(count)], group, make, key)
+
+
+def _gpu_maker(actor_cls, group, num_cpus: float, num_gpus: float, args_for):
+    """make(i): a new actor ``i`` of ``actor_cls`` with its GPU share in bundle i mod B of
+    ``group`` (:func:`_spawn_over_gpus`)."""
     remote_cls = ray.remote(actor_cls)
-    n = len(members)
+    n = len(group.bundle_specs)
 
     def make(i: int):
         args, kwargs = args_for(i)
@@ -636,7 +680,7 @@ def _spawn_over_gpus(actor_cls, count, num_cpus, num_gpus, args_for) -> PlacedAc
             num_cpus=num_cpus, num_gpus=num_gpus, scheduling_strategy=where
         ).remote(*args, **kwargs)
 
-    return PlacedActors([make(i) for i in range(count)], group, make)
+    return make
 
 
 def _no_room(count: int, bundle: dict):

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from adversaries.condition import Adversaries
 from cluster.message import role_of
-from cluster.runtime import start_or_join
+from cluster.runtime import gpus_needed, start_or_join
 from data.types import RecDataset
 from engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from engine.figures import is_number, main_metric
@@ -56,8 +56,8 @@ class RunSettings:
     seed: int = 0
     placement: str = "packed"
     hosts: int = 1
-    # the GPU share each host asks Ray for; None: auto (min(1, the cluster's GPUs / hosts) on a
-    # cluster with GPUs, else 0: the CPU)
+    # the GPU share each host asks Ray for; None: auto (a GPU each when the cluster has one per
+    # host actor, else 1/⌈hosts / GPUs⌉; 0, the CPU, without GPUs: check_resources)
     gpus_per_host: float | None = 0.0
     cpus_per_host: float | None = None
     address: str | None = None
@@ -221,16 +221,36 @@ def check_plan(settings: RunSettings, specs: list[NodeSpec]) -> int:
     return n_hosts
 
 
+def auto_gpu_share(gpus: float, n_hosts: int) -> float:
+    """The GPU share of each of ``n_hosts`` host actors when ``--gpus-per-host`` is not given, on
+    a cluster of ``gpus`` GPUs: 1 (a GPU each) when there are as many GPUs as hosts, else
+    1/⌈hosts / GPUs⌉ (3 hosts on 2 GPUs: 0.5 each, two on one GPU, one on the other), to 4
+    decimals (Ray's resolution, rounded down); 0, the CPU, on a cluster without a whole GPU."""
+    whole = math.floor(gpus + 1e-9)
+    if whole < 1:
+        return 0.0
+    return math.floor(1e4 / math.ceil(max(1, n_hosts) / whole)) / 1e4
+
+
 def check_resources(settings: RunSettings, cluster, n_hosts: int = 1) -> None:
     """The automatic GPU share (``gpus_per_host`` None) for ``n_hosts`` host actors on this
-    cluster: each host min(1, GPUs / hosts), to 4 decimals (Ray's resolution), 0 without GPUs.
-    A GPU request on a joined cluster without GPUs fails at once, not after Ray's scheduler has
-    waited for a node that will never come."""
+    cluster (:func:`auto_gpu_share`). A GPU request on a joined cluster without GPUs, or with
+    fewer GPUs than ``n_hosts`` shares take (Ray puts at most ⌊1/share⌋ of them on one GPU),
+    fails at once, not after Ray's scheduler has waited for GPUs that will never come."""
     if settings.gpus_per_host is None:
-        share = min(1.0, cluster.gpus / max(1, n_hosts)) if cluster.gpus > 0 else 0.0
-        settings.gpus_per_host = math.floor(share * 1e4) / 1e4
-    if settings.gpus_per_host > 0 and cluster.gpus <= 0:
+        settings.gpus_per_host = auto_gpu_share(cluster.gpus, n_hosts)
+    share = settings.gpus_per_host
+    if share > 0 and cluster.gpus <= 0:
         raise _no_gpu(settings, "the Ray cluster has no GPU")
+    need = gpus_needed(n_hosts, share)
+    if share > 0 and need > cluster.gpus + 1e-9:
+        fits = auto_gpu_share(cluster.gpus, n_hosts)
+        raise PlacementError(
+            f"--gpus-per-host {share:g}: {n_hosts} host actors of that share need {need} GPUs, "
+            f"the Ray cluster has {cluster.gpus:g} ("
+            + (f"--gpus-per-host {fits:g} fits, as does leaving it out; " if fits else "")
+            + "0 computes on CPU)"
+        )
 
 
 def gpu_note(host_info: list[dict]) -> str | None:
