@@ -4,7 +4,7 @@ and utilization, the same bytes, metrics within a tolerance.
     python -m benchmarks.gpu --dry-run               # the plan and its device-time budget; no Ray
     python -m benchmarks.gpu                         # on a machine with CUDA: JSON + table
     python -m benchmarks.gpu --device cpu --quick    # the GPU leg on the CPU too: a try-out here
-    python -m benchmarks.gpu --prepare-carry carry   # what a lent GPU machine lacks, packed
+    python -m benchmarks.gpu --prepare-carry .carry  # what a lent GPU machine lacks, packed
 
 Each run is ``python launch.py`` twice in a row, in subprocesses with a time limit each (a run
 that does not finish is recorded as cut, never waited for): the CPU leg with
@@ -16,15 +16,21 @@ utilization. Bytes must be equal between the legs; metrics are compared with a r
 tolerance (``--tolerance``): GPU kernels are not bit-identical and a node's torch generators draw
 other streams on a GPU, so the figures of a few rounds differ by the noise of the protocol.
 
-On a lent GPU machine without Ray and a few wheels (dp-accounting, gmpy2, cryptography): on
-this machine ``python -m benchmarks.gpu --prepare-carry carry`` packs them from this
-environment into ``carry/site.tar.xz`` (its size is printed; a lent machine takes 64 MiB at
-most), and on the GPU machine
+On a lent GPU machine (Python 3.12 with torch and PyG, but no Ray, dp-accounting, gmpy2,
+cryptography, nor the data sets): here, with pip able to download,
+``python -m benchmarks.gpu --prepare-carry .carry`` packs into ``.carry/site.tar.xz`` the wheels
+for CPython 3.12 (``--carry-python``) of what the machine lacks (``CARRY``: Ray without its
+unused parts and a few wheels, at the versions installed here) and into ``.carry/data.tar.xz`` the
+plan's data sets; it prints their sizes (the working tree and what travels with it: 64 MiB at
+most). With ``.carry`` ignored by git (``echo /.carry/ >> .git/info/exclude``) and named in
+the device call's carry, the one command there is
 
-    mkdir -p /tmp/site && tar xJf carry/site.tar.xz -C /tmp/site && \\
-        PYTHONPATH=/tmp/site python -m benchmarks.gpu --data-dir ../shared/data --write
+    mkdir -p /tmp/site /tmp/data && tar xJf .carry/site.tar.xz -C /tmp/site && \\
+        tar xJf .carry/data.tar.xz -C /tmp/data && PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site \\
+        python3 -m benchmarks.gpu --data-dir /tmp/data --write
 
-runs the plan (at most ``BUDGET_S`` seconds of device time).
+which runs the plan (at most ``BUDGET_S`` seconds of device time) and writes
+``benchmarks/out/gpu.json`` and ``gpu.md`` (copy them to ``$OUT`` to bring them back).
 """
 
 from __future__ import annotations
@@ -294,36 +300,85 @@ def _yes(v) -> str:
     return "—" if v is None else ("yes" if v else "NO")
 
 
-def prepare_carry(folder: Path, packages: list[str]) -> Path:
-    """``folder/site.tar.xz``: ``packages`` from this environment's site-packages (Ray without
-    the parts a run does not import: its Java jars, RLlib, Serve, Data, Train), for a lent
-    machine that lacks them (unpacked into a folder on its PYTHONPATH)."""
-    import importlib.util
+# What the lent machine's image lacks (benchmarks/RESULTS.md, "The GPU path, first look"; its
+# package list: Python 3.12 with torch, PyG, numpy, scipy, click, protobuf, pyyaml, requests,
+# packaging, filelock, attrs, absl-py, mpmath), by distribution: Ray, the wheels privrec imports
+# (dp-accounting, gmpy2, cryptography) and what these import that the image has not.
+CARRY = (
+    "ray",
+    "dp-accounting",
+    "gmpy2",
+    "cryptography",
+    "cffi",
+    "pycparser",
+    "msgpack",
+    "jsonschema",
+    "jsonschema-specifications",
+    "referencing",
+    "rpds-py",
+)
+CARRY_PYTHON = "3.12"  # the lent machine's python3
+CARRY_DATA = tuple(sorted({c.dataset for c in PLAN}))  # ciao, gowalla, ml-100k
+# parts of Ray a run never imports (Java, RLlib, Serve, Data, Train)
+RAY_DROPPED = ("ray/jars/", "ray/rllib/", "ray/serve/", "ray/data/", "ray/train/")
+PLATFORMS = (
+    "manylinux_2_28",
+    "manylinux_2_27",
+    "manylinux_2_24",
+    "manylinux_2_17",
+    "manylinux2014",
+)
+
+
+def prepare_carry(
+    folder: Path, dists=CARRY, python: str = CARRY_PYTHON, data_dir=None
+) -> list[Path]:
+    """What a lent GPU machine lacks, packed into ``folder``: ``site.tar.xz``, the wheels of
+    ``dists`` for CPython ``python`` at the versions installed here (``pip download``: the
+    lent machine's Python is not necessarily this one, and a compiled module of another Python
+    does not load), unpacked into one tree without Ray's unused parts, to unpack into a folder on
+    PYTHONPATH; and ``data.tar.xz``, the plan's datasets from ``data_dir`` (default: found)."""
+    import importlib.metadata as md
+    import zipfile
+
+    from data.registry import dataset_root
 
     folder.mkdir(parents=True, exist_ok=True)
-    dropped = {"ray/jars", "ray/rllib", "ray/serve", "ray/data", "ray/train"}
-    path = folder / "site.tar.xz"
+    wanted = [f"{d}=={md.version(d)}" for d in dists]
+    platforms = [a for p in PLATFORMS for a in ("--platform", f"{p}_x86_64")]
+    with tempfile.TemporaryDirectory(prefix="privrec-carry-") as tmp:
+        wheels, site = Path(tmp) / "wheels", Path(tmp) / "site"
+        got = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
+            + ["--python-version", python, "--implementation", "cp", *platforms]
+            + ["-d", str(wheels), *wanted],
+            capture_output=True,
+            text=True,
+        )
+        if got.returncode != 0:
+            last = (got.stderr.strip().splitlines() or ["pip failed"])[-1]
+            raise UsageError(f"--prepare-carry: pip download for Python {python}: {last}")
+        for wheel in sorted(wheels.glob("*.whl")):
+            with zipfile.ZipFile(wheel) as z:
+                for info in z.infolist():
+                    if info.filename.startswith(RAY_DROPPED):
+                        continue
+                    z.extract(info, site)
+                    mode = (info.external_attr >> 16) & 0o777  # zipfile drops it: Ray's binaries
+                    if mode and not info.is_dir():
+                        os.chmod(site / info.filename, mode)
+        packed = [folder / "site.tar.xz", folder / "data.tar.xz"]
+        with tarfile.open(packed[0], "w:xz") as tar:
+            for path in sorted(site.iterdir()):
+                tar.add(path, arcname=path.name, filter=_no_cache)
+    with tarfile.open(packed[1], "w:xz") as tar:
+        for name in CARRY_DATA:
+            tar.add(dataset_root(name, data_dir), arcname=name, filter=_no_cache)
+    return packed
 
-    def keep(info: tarfile.TarInfo):
-        name = info.name
-        if "__pycache__" in name or any(name == d or name.startswith(d + "/") for d in dropped):
-            return None
-        return info
 
-    with tarfile.open(path, "w:xz") as tar:
-        for pkg in packages:
-            spec = importlib.util.find_spec(pkg)
-            if spec is None or spec.origin is None:
-                raise UsageError(f"--prepare-carry: {pkg} is not installed here")
-            origin = Path(spec.origin)
-            src = origin.parent if origin.name == "__init__.py" else origin
-            tar.add(src, arcname=src.name, filter=keep)
-            for meta in src.parent.glob(f"{pkg.replace('-', '_')}-*.dist-info"):
-                tar.add(meta, arcname=meta.name, filter=keep)
-    return path
-
-
-CARRY = ["ray", "dp_accounting", "gmpy2", "cryptography", "msgpack"]
+def _no_cache(info: tarfile.TarInfo):
+    return None if "__pycache__" in info.name else info
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -348,12 +403,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=None, help="where the datasets are (default: found)")
     ap.add_argument("--name", default=None, help="result name (default: gpu[-quick])")
     ap.add_argument("--write", action="store_true", help=WRITE_HELP)
-    ap.add_argument("--prepare-carry", metavar="DIR", default=None, help="pack what travels")
+    ap.add_argument(
+        "--prepare-carry",
+        metavar="DIR",
+        default=None,
+        help="pack what a lent GPU machine lacks (wheels by pip download, the plan's datasets) "
+        "into DIR/site.tar.xz and DIR/data.tar.xz",
+    )
+    ap.add_argument(
+        "--carry-python",
+        default=CARRY_PYTHON,
+        help="the lent machine's Python, whose wheels --prepare-carry packs (default: %(default)s)",
+    )
     args = ap.parse_args(argv)
 
     if args.prepare_carry:
-        path = prepare_carry(Path(args.prepare_carry), CARRY)
-        print(f"{shown_path(path)}: {path.stat().st_size / 2**20:.1f} MiB ({', '.join(CARRY)})")
+        packed = prepare_carry(Path(args.prepare_carry), CARRY, args.carry_python, args.data_dir)
+        for path, what in zip(packed, (", ".join(CARRY), ", ".join(CARRY_DATA)), strict=True):
+            print(f"{shown_path(path)}: {path.stat().st_size / 2**20:.1f} MiB ({what})")
+        total = sum(p.stat().st_size for p in packed) / 2**20
+        print(f"in all {total:.1f} MiB (a lent machine takes 64 MiB with the working tree)")
         return 0
     plan = QUICK if args.quick else PLAN
     if args.only:

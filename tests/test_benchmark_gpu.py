@@ -69,3 +69,44 @@ def test_the_stand_in_writes_the_figures(tmp_path):
     finally:
         for suffix in (".json", ".md"):
             (out / f"gpu-test{suffix}").unlink(missing_ok=True)
+
+
+def test_the_carry_keeps_what_the_wheels_hold_less_rays_unused_parts(tmp_path, monkeypatch):
+    """``--prepare-carry`` unpacks the wheels pip downloads for the lent machine's Python: the
+    executables keep their mode (Ray's gcs_server, raylet), the libraries a wheel bundles beside
+    its package (gmpy2.libs) travel, Ray's unused parts do not; the plan's datasets go beside."""
+    import os
+    import stat
+    import tarfile
+    import zipfile
+
+    def fake_pip(cmd, **kwargs):
+        assert cmd[cmd.index("--python-version") + 1] == "3.12" and "--no-deps" in cmd
+        into = Path(cmd[cmd.index("-d") + 1])
+        into.mkdir(parents=True)
+        with zipfile.ZipFile(into / "fake-1.0-cp312-cp312-manylinux2014_x86_64.whl", "w") as z:
+            for name, mode in [
+                ("ray/core/src/ray/gcs/gcs_server", 0o755),
+                ("ray/__init__.py", 0o644),
+                ("ray/rllib/__init__.py", 0o644),
+                ("gmpy2.libs/libgmp-x.so.10", 0o755),
+            ]:
+                info = zipfile.ZipInfo(name)
+                info.external_attr = (stat.S_IFREG | mode) << 16
+                z.writestr(info, b"x")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(gpu.subprocess, "run", fake_pip)
+    data = tmp_path / "data"
+    for name in gpu.CARRY_DATA:
+        (data / name).mkdir(parents=True)
+        (data / name / "ratings.txt").write_text("1 2\n")
+    site, datasets = gpu.prepare_carry(tmp_path / "carry", data_dir=data)
+    out = tmp_path / "site"
+    with tarfile.open(site) as tar:
+        tar.extractall(out, filter="tar")
+    assert os.access(out / "ray/core/src/ray/gcs/gcs_server", os.X_OK)
+    assert (out / "gmpy2.libs/libgmp-x.so.10").is_file() and (out / "ray/__init__.py").is_file()
+    assert not (out / "ray/rllib").exists()
+    with tarfile.open(datasets) as tar:
+        assert {n.split("/")[0] for n in tar.getnames()} == {"ciao", "gowalla", "ml-100k"}
