@@ -322,22 +322,14 @@ class Host:
         # what a participant's rollback needs this round (see _handle)
         self._round_log: dict = _round_log(None)
 
-    def reset(
-        self,
-        index: int,
-        seed: int,
-        shared: Shared,
-        num_cpus: float,
-        conditions=None,
-        default_device: str | None = None,
-    ):
+    def reset(self, *args, **kwargs):
         """Become the fresh host the constructor makes with these arguments (cluster.runtime
         reuses an idle host actor rather than start a new process): no node, no mail, torch's
         global RNG as at start."""
         if _FRESH_TORCH_SEED is not None:
             torch = sys.modules["torch"]
             torch.set_rng_state(torch.Generator().manual_seed(_FRESH_TORCH_SEED).get_state())
-        self.__init__(index, seed, shared, num_cpus, conditions, default_device)
+        self.__init__(*args, **kwargs)
         gc.collect()
 
     def _nodes_code(self):
