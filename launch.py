@@ -225,6 +225,15 @@ def _add_run_arguments(p: argparse.ArgumentParser, *, rounds_default: int | None
         "(python -m benchmarks.audit: every mechanism at full size)",
     )
     p.add_argument(
+        "--transport",
+        choices=("calls", "channels"),  # nodes.transport.TRANSPORTS (no Ray import here)
+        default="calls",
+        help="how supersteps travel between the driver and the host actors: 'calls' (an actor "
+        "call per host, batches through Ray's object store) or 'channels' (a Ray compiled graph "
+        "of the hosts, built once: orders, batches and outcomes through its channels); results "
+        "are the same (default: %(default)s)",
+    )
+    p.add_argument(
         "--check-device",
         action="store_true",
         help="run the nodes' code with torch's default device 'meta', so that a tensor a role "
@@ -1074,6 +1083,7 @@ def _settings(args, conditions, **fields):
         audit=args.audit,
         tensorboard=getattr(args, "tensorboard", None),
         check_device=getattr(args, "check_device", False),
+        transport=getattr(args, "transport", "calls"),
         **fields,
     )
 

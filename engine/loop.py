@@ -3,7 +3,7 @@ through :func:`rounds`, so every round goes through :meth:`Deployment.begin_roun
 snapshots, injected host kills) before the protocol's own step:
 
     for r in rounds(protocol, dep, 5):          # rounds 0..4, evaluated at the end
-        print(r.round, r.train, r.metrics, r.stats["dropped"])
+        print(r.round, r.train, r.metrics, r.stats.dropped)
 
 Round t (0-based) of ``rounds(protocol, dep, stop, start=s)``, for t = s, …, stop − 1:
 
@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from nodes.step import RoundStats
+
 
 @dataclass
 class RoundResult:
@@ -33,7 +35,7 @@ class RoundResult:
     round: int
     train: dict
     metrics: dict | None
-    stats: dict = field(default_factory=dict)
+    stats: RoundStats = field(default_factory=RoundStats)
     seconds: float = 0.0
 
     @property

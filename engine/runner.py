@@ -81,6 +81,9 @@ class RunSettings:
     # --check-device: the nodes' code runs with torch's default device "meta", so a tensor a role
     # creates without its ctx.device breaks the run (what a GPU host would find later)
     check_device: bool = False
+    # --transport: how supersteps travel between driver and hosts (nodes/transport.py): actor
+    # calls, or the channels of a Ray compiled graph
+    transport: str = "calls"
 
 
 @dataclass
@@ -481,6 +484,7 @@ def deploy(
     specs: list[NodeSpec] | None = None,
     status: Callable[[str], None] | None = None,
     default_device: str | None = None,
+    transport: str = "calls",
 ) -> Deployment:
     """The deployment of ``protocol``'s nodes on Ray (started or joined already): its node specs
     (or ``specs``, when the caller made them already), its seed and shared values, on ``hosts``
@@ -500,6 +504,7 @@ def deploy(
         conditions=conditions,
         status=status,
         default_device=default_device,
+        transport=transport,
     )
 
 
@@ -524,6 +529,7 @@ def _deploy(settings: RunSettings, protocol: Protocol, specs: list[NodeSpec]) ->
         specs=specs,
         status=_Status(settings),
         default_device="meta" if settings.check_device else None,
+        transport=getattr(settings, "transport", "calls"),  # (a checkpoint's settings of before)
     )
     note = gpu_note(dep.host_info()) if (settings.gpus_per_host or 0) > 0 else None
     if note:
@@ -764,9 +770,9 @@ def _drive(
             if res.evaluated:
                 metrics = res.metrics
             privacy = privacy_of(protocol)
-            sim_total += stats["sim_seconds"]
-            faults.extend(stats["faults"])
-            for kind, by_reason in stats.get("rejected", {}).items():
+            sim_total += stats.sim_seconds
+            faults.extend(stats.faults)
+            for kind, by_reason in stats.rejected.items():
                 total = rejected.setdefault(kind, {})
                 for reason, n in by_reason.items():
                     total[reason] = total.get(reason, 0) + n
@@ -782,19 +788,19 @@ def _drive(
                 # the typed figures (paper's claim, budget, δ spent) and the protocol's own numbers
                 "privacy": privacy_row(privacy),
                 "seconds": res.seconds,
-                "sim_seconds": stats["sim_seconds"],
+                "sim_seconds": stats.sim_seconds,
                 "sim_elapsed": sim_total,
-                "dropped": len(stats["dropped"]),
-                "late": stats["late"],
-                "late_nodes": len(stats["late_nodes"]),
+                "dropped": len(stats.dropped),
+                "late": stats.late,
+                "late_nodes": len(stats.late_nodes),
                 # messages that failed their receiver's check: kind -> reason -> count
-                "rejected": stats.get("rejected", {}),
-                "faults": stats["faults"],
+                "rejected": stats.rejected,
+                "faults": stats.faults,
             }
             # the callbacks (--tensorboard's writer; benchmarks.tune's on_round, by which a
             # trial reports each evaluation to Tune) get the row as metrics.jsonl holds it
             notify_round(callbacks, report.add_round(row))
-            for line in fault_lines(stats["faults"]):  # a host lost and replaced, ...
+            for line in fault_lines(stats.faults):  # a host lost and replaced, ...
                 status(line, once=False)
             bar.update(1)
             bar.set_postfix(progress_postfix(train, metrics, protocol.main_metric()))
@@ -845,6 +851,8 @@ def _drive(
                 for i in placement
             ],
             "gpu_note": gpu_note(placement),  # GPU ids CUDA cannot see (None: none)
+            # how supersteps travelled, and what the transport had to say (a graph rebuilt...)
+            "transport": dep.transport_summary(),
             "rounds": settings.rounds,
             "metrics": metrics,
             "bytes_total": dep.ledger.total(),
@@ -874,7 +882,7 @@ def _drive(
     except HostLostError as e:
         raise HostLostError(f"{e}{_resume_hint(run_dir)}") from None
     except NodeFailure as e:
-        _stop(e, settings, dataset, dep, run_dir, rollback, faults + dep.round_stats()["faults"])
+        _stop(e, settings, dataset, dep, run_dir, rollback, faults + dep.round_stats().faults)
         raise
     except KeyboardInterrupt:
         raise RunInterrupted(

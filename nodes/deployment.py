@@ -34,10 +34,10 @@ import signal
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import ray
-from ray.exceptions import ObjectLostError, RayActorError
+from ray.exceptions import RayActorError
 
 from cluster.ledger import Ledger, is_eval_phase
 from cluster.message import join_batch
@@ -47,6 +47,8 @@ from nodes.conditions import Conditions
 from nodes.envelope import senders_by_role
 from nodes.host import Host, dumps_specs
 from nodes.node import Shared
+from nodes.step import RoundStats, StepOrder, StepResult
+from nodes.transport import ActorCalls, make_transport
 
 PLACEMENTS = ("dedicated", "packed")
 
@@ -77,14 +79,6 @@ class NodeSpec:
     nid: str
     kwargs: dict = field(default_factory=dict)
     packable: bool = False
-
-
-@dataclass
-class StepResult:
-    reports: dict[str, list[float]]
-    wall: float
-    compute_max: float
-    encode_decode_max: float
 
 
 # dedicated placement starts one Ray actor (a whole Python process with torch, about 180 MB and
@@ -153,11 +147,15 @@ class Deployment:
         conditions: Conditions | None = None,
         status: Callable[[str], None] | None = None,
         default_device: str | None = None,
+        transport: str = "calls",
     ):
         """``tap=True`` keeps a copy of every message sent (tests scan them for private data).
         ``status`` (:attr:`status`) takes one-line descriptions of long steps.
         ``default_device``: torch's default device while the nodes' code runs on the hosts
-        ("meta": a tensor a node creates without its ``ctx.device`` breaks the run)."""
+        ("meta": a tensor a node creates without its ``ctx.device`` breaks the run).
+        ``transport``: how supersteps travel, ``calls`` or ``channels`` (nodes/transport.py)."""
+        self.transport = make_transport(transport)
+        self._calls = ActorCalls()  # starved hosts run their superstep again over actor calls
         # status(text): what the deployment or its protocol is busy with, for a step that takes
         # more than a few seconds (the runner prints it when progress is on; by default nothing)
         self.status: Callable[[str], None] = status if status is not None else _quiet
@@ -207,6 +205,8 @@ class Deployment:
             [] for _ in range(self.n_hosts)
         ]  # (round, ref), newest first
         self._absent: dict[int, int] = {}  # host -> the round its nodes lost to a fault
+        self._gone: set[int] = set()  # hosts dead since they sent batches not yet delivered
+        self._seq = 0  # supersteps so far (StepOrder.seq)
         self._round: int | None = None
         self._new_round_stats(None)
 
@@ -263,6 +263,8 @@ class Deployment:
         if not 0 <= h < self.n_hosts:
             raise ValueError(f"kill_hosts: no host {h} (the deployment has {self.n_hosts})")
         pid = ray.get(self.hosts[h].info.remote())["pid"]
+        self._gone.add(h)
+        self.transport.invalidate(f"host {h} was killed")
         os.kill(pid, signal.SIGKILL)
         for _ in range(500):  # until the process is gone, so the next call finds it dead
             try:
@@ -272,20 +274,18 @@ class Deployment:
             time.sleep(0.01)
         return pid
 
-    def round_stats(self) -> dict:
-        """The current round so far: simulated seconds, participants dropped (offline or lost to a
-        fault), late messages and their senders, undelivered messages, messages rejected by their
-        receivers' checks (kind -> reason -> count, cluster/validate.py), faults."""
+    def round_stats(self) -> RoundStats:
+        """The current round so far (:class:`nodes.step.RoundStats`)."""
         st = self._stats
-        return {
-            "sim_seconds": self._sim,
-            "dropped": sorted(st["dropped"]),
-            "late": st["late"],
-            "late_nodes": sorted(st["late_nodes"]),
-            "undelivered": st["undelivered"],
-            "rejected": {k: dict(v) for k, v in sorted(self._rejected.items())},
-            "faults": [f for f in self.faults if f["round"] == self._round],
-        }
+        return RoundStats(
+            sim_seconds=self._sim,
+            dropped=sorted(st["dropped"]),
+            late=st["late"],
+            late_nodes=sorted(st["late_nodes"]),
+            undelivered=st["undelivered"],
+            rejected={k: dict(v) for k, v in sorted(self._rejected.items())},
+            faults=[f for f in self.faults if f["round"] == self._round],
+        )
 
     # --- driving -------------------------------------------------------------------------------
     def superstep(
@@ -305,76 +305,57 @@ class Deployment:
             self._new_round_stats(round_)
         t0 = time.perf_counter()
         training = not is_eval_phase(phase)
-        ctrl = {"availability": training and availability, "clock": training, "t_start": self._sim}
-
-        lost = sorted(g for g, r in self._absent.items() if r == round_)
-
         failed = self._failed[training]
+        lost = tuple(sorted(g for g, r in self._absent.items() if r == round_))
+        self._seq += 1
 
-        def submit(h: int, sources: list):
-            c = dict(ctrl, absent=h in lost, absent_hosts=lost, failed=list(failed))
-            return self.hosts[h].step.remote(
-                round_, phase, list(activate), self.tap, c, *[ref for _, ref in sources]
+        def order(h: int) -> StepOrder:
+            return StepOrder(
+                seq=self._seq,
+                round=round_,
+                phase=phase,
+                activate=tuple(activate),
+                tap=self.tap,
+                availability=training and availability,
+                clock=training,
+                t_start=self._sim,
+                absent=h in lost,
+                absent_hosts=lost,
+                failed=tuple(failed),
+                drop_sources=tuple(sorted(self._gone)),
             )
 
-        futures = [submit(h, self._pending[h]) for h in range(self.n_hosts)]
-        results: dict[int, dict] = {}
-        dead, starved = [], []
-        for h, fut in enumerate(futures):
-            try:
-                results[h] = ray.get(fut)
-            except RayActorError:
-                dead.append(h)
-            except ObjectLostError:  # an input batch died with the host that sent it
-                starved.append(h)
+        answers = self.transport.run(
+            self.hosts, [order(h) for h in range(self.n_hosts)], self._pending
+        )
+        results = answers.outcomes
+        dead = answers.dead
         for h in dead:
             self._recover(h, round_, phase)
-        if starved:
+        if answers.starved:
             if not dead:
                 raise HostLostError(f"round {round_} {phase}: message batches lost, no host died")
+            self._gone.update(dead)
             alive = [
-                [(src, ref) for src, ref in self._pending[h] if src not in dead] for h in starved
+                [(s, r) for s, r in self._pending[h] if s not in dead] for h in answers.starved
             ]
-            for h, res in zip(starved, ray.get([submit(h, a) for h, a in zip(starved, alive)])):
-                results[h] = res
-        failures = [r["failure"] for r in results.values() if "failure" in r]
+            again = self._calls.run(
+                [self.hosts[h] for h in answers.starved], [order(h) for h in answers.starved], alive
+            )
+            if again.dead or again.starved:
+                raise HostLostError(f"round {round_} {phase}: hosts lost while recovering")
+            results.update({h: again.outcomes[i] for i, h in enumerate(answers.starved)})
+        self._gone.clear()  # every batch a dead host had sent is delivered or dropped by now
+        failures = [r.failure for r in results.values() if r.failure is not None]
         if failures:  # a server, key server, matcher...: the run stops
-            f = min(failures, key=lambda f: f["node"])
-            raise NodeFailure(f["node"], f["round"], f["phase"], f["error"], f["traceback"])
+            f = min(failures, key=lambda f: f.node)
+            raise NodeFailure(f.node, f.round, f.phase, f.error, f.traceback)
         wall = time.perf_counter() - t0
-        pending: list[list] = [[] for _ in range(self.n_hosts)]
-        reports: dict[str, list[float]] = defaultdict(list)
-        raised: list[dict] = []  # participants whose handler raised (hosts' fault records)
-        for src in sorted(results):
-            res = results[src]
-            for dst, ref in res["batches"].items():
-                if dst not in dead:  # a replacement host starts with an empty mailbox
-                    pending[dst].append((src, ref))
-                if self.host_nodes[dst] != self.host_nodes[src]:
-                    self.ledger.record_crossed_nodes(round_, phase, res["batch_bytes"][dst])
-            self.ledger.merge(res["ledger"])
-            self.tapped.extend(res["tapped"])
-            for name, values in res["reports"].items():
-                reports[name].extend(values)
-            self._stats["dropped"].update(res["dropped"])
-            self._stats["late"] += res["late"]
-            self._stats["late_nodes"].update(res["late_nodes"])
-            self._stats["undelivered"] += res["undelivered"]
-            raised.extend(res.get("faults", ()))
-            self._ran[training][src] = res.get("participants", 0)
-            for (kind, reason), n in res.get("rejected", {}).items():
-                by_reason = self._rejected.setdefault(kind, {})
-                by_reason[reason] = by_reason.get(reason, 0) + n
-        self._pending = pending
-        self._pending_local = [
-            results[h]["pending_local"] if h in results else 0 for h in range(self.n_hosts)
-        ]
-        step_sim = max((r["sim"] for r in results.values()), default=0.0)
+        reports = self._merge(round_, phase, training, results, dead)
+        step_sim = max((r.sim for r in results.values()), default=0.0)
         self._sim += step_sim if training else 0.0
-        compute = max((r["timing"]["compute"] for r in results.values()), default=0.0)
-        codec = max(
-            (r["timing"]["decode"] + r["timing"]["encode"] for r in results.values()), default=0.0
-        )
+        compute = max((r.timing.compute for r in results.values()), default=0.0)
+        codec = max((r.timing.decode + r.timing.encode for r in results.values()), default=0.0)
         self.steps.append(
             {
                 "round": round_,
@@ -385,13 +366,48 @@ class Deployment:
                 "sim": step_sim,
             }
         )
-        for f in sorted(raised, key=lambda f: f["node"]):  # the same whatever the placement
-            failed.append(f["node"])
-            self._stats["dropped"].add(f["node"])
-            self.faults.append({"kind": "exception", **f, "nodes": 1})
         if failed:
             self._check_failures(round_, phase, training)
-        return StepResult(dict(reports), wall, compute, codec)
+        return StepResult(reports, wall, compute, codec)
+
+    def _merge(self, round_: int, phase: str, training: bool, results: dict, dead: list) -> dict:
+        """Add the hosts' outcomes up: the next superstep's pending batches (a reference where the
+        driver holds it, None where the destination host does), the ledger, the messages tapped,
+        the round's tallies and the participants whose handler raised. Returns the reports."""
+        pending: list[list] = [[] for _ in range(self.n_hosts)]
+        reports: dict[str, list[float]] = defaultdict(list)
+        raised = []  # participants whose handler raised (hosts' fault records)
+        stats = self._stats
+        for src in sorted(results):
+            res = results[src]
+            for dst, size in res.batch_bytes.items():
+                if dst not in dead:  # a replacement host starts with an empty mailbox
+                    pending[dst].append((src, res.batches.get(dst)))
+                if self.host_nodes[dst] != self.host_nodes[src]:
+                    self.ledger.record_crossed_nodes(round_, phase, size)
+            self.ledger.merge(res.ledger)
+            self.tapped.extend(res.tapped)
+            for name, values in res.reports.items():
+                reports[name].extend(values)
+            stats["dropped"].update(res.dropped)
+            stats["late"] += res.late
+            stats["late_nodes"].update(res.late_nodes)
+            stats["undelivered"] += res.undelivered
+            raised.extend(res.faults)
+            self._ran[training][src] = res.participants
+            for (kind, reason), n in res.rejected.items():
+                by_reason = self._rejected.setdefault(kind, {})
+                by_reason[reason] = by_reason.get(reason, 0) + n
+        self._pending = pending
+        self._pending_local = [
+            results[h].pending_local if h in results else 0 for h in range(self.n_hosts)
+        ]
+        failed = self._failed[training]
+        for f in sorted(raised, key=lambda f: f.node):  # the same whatever the placement
+            failed.append(f.node)
+            stats["dropped"].add(f.node)
+            self.faults.append({"kind": "exception", **asdict(f), "nodes": 1})
+        return dict(reports)
 
     def _check_failures(self, round_: int, phase: str, training: bool) -> None:
         """Stop the run (:class:`NodeFailure`) when more than ``max_failed_fraction`` of the
@@ -445,6 +461,7 @@ class Deployment:
                 f"{where}: its replacement did not start ({type(e).__name__}: {e})"
             ) from e
         self.hosts[h] = new
+        self.transport.invalidate(f"host {h} was replaced")
         self._snapshots[h] = [(snap_round, ray.put(blob))]
         self._absent[h] = round_
         self._pending[h] = []
@@ -472,9 +489,21 @@ class Deployment:
         return {
             "route": dict(self.route),
             "hosts": ray.get([h.snapshot.remote() for h in self.hosts]),
-            "pending": [[join_batch(ray.get(ref)) for _, ref in refs] for refs in self._pending],
+            "pending": self._pending_batches(),
             "ledger": self.ledger.export(),
         }
+
+    def _pending_batches(self) -> list[list[bytes]]:
+        """The batches not yet delivered, by destination host, joined: from the object store, or
+        from the host that holds them (a compiled graph delivered them already)."""
+        held = {}
+        for dst, refs in enumerate(self._pending):
+            if any(ref is None for _, ref in refs):
+                held[dst] = dict(ray.get(self.hosts[dst].held_mail.remote()))
+        return [
+            [join_batch(ray.get(ref)) if ref is not None else held[dst][src] for src, ref in refs]
+            for dst, refs in enumerate(self._pending)
+        ]
 
     def between_rounds(self) -> dict:
         """What :meth:`snapshot` holds besides the hosts' nodes, taken now (between rounds): the
@@ -483,7 +512,7 @@ class Deployment:
         snapshot round when a server fails)."""
         return {
             "route": dict(self.route),
-            "pending": [[join_batch(ray.get(ref)) for _, ref in refs] for refs in self._pending],
+            "pending": self._pending_batches(),
             "ledger": self.ledger.export(),
         }
 
@@ -525,7 +554,13 @@ class Deployment:
     def host_info(self) -> list[dict]:
         return ray.get([h.info.remote() for h in self.hosts])
 
+    def transport_summary(self) -> dict:
+        """The transport for the run's summary: its name and what it had to say (a graph torn
+        down, rebuilt, or not built)."""
+        return {"name": self.transport.name, "notes": list(self.transport.notes)}
+
     def close(self) -> None:
+        self.transport.close()  # a compiled graph holds the actors: torn down before they are
         self.placed.release()
 
 

@@ -1,17 +1,17 @@
 """The host: one Ray actor (one OS process) that carries one or more logical nodes.
 
-In a superstep the host decodes the message batches addressed to it, runs one handler per active
-node (batched per node class), records every outgoing message in its byte ledger, keeps messages
-for its own nodes in memory and encodes the rest into one batch per destination host, which it
-puts into Ray's object store. The driver passes those references on to the destination hosts in
-the next superstep, so message bytes travel host to host and never through the driver.
+In a superstep (nodes/step.py) the host decodes the message batches addressed to it, runs one
+handler per active node (batched per node class), records every outgoing message in its byte
+ledger, keeps messages for its own nodes in memory and encodes the rest into one batch per
+destination host. The transport (nodes/transport.py) carries those batches host to host: through
+Ray's object store, the driver passing the references on (actor calls), or through the channels
+of a compiled graph. Message bytes never travel through the driver.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copyreg
-import ctypes
 import gc
 import io
 import os
@@ -20,6 +20,7 @@ import sys
 import time
 import traceback
 from collections import ChainMap, defaultdict
+from dataclasses import replace
 
 import numpy as np
 import ray
@@ -35,8 +36,10 @@ from cluster.message import (
     role_of,
 )
 from cluster.validate import screen
+from nodes.allocator import keep_freed_memory_if_worth_it
 from nodes.envelope import check_envelope
 from nodes.node import Node, NodeContext, Shared
+from nodes.step import Failure, Fault, StepOrder, StepOutcome, StepTiming
 
 # torch is imported by the protocol's own modules when they need it (the node specs a host
 # unpickles import them), not by the host: a protocol that never uses torch (echo) keeps it out of
@@ -172,16 +175,16 @@ def one_line(e: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _failure(node: str, round_: int, phase: str, e: BaseException) -> dict:
+def _failure(node: str, round_: int, phase: str, e: BaseException) -> Failure:
     """What the driver learns of a node whose handler raised: where, the exception in one line and
     its full traceback."""
     tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    return {"node": node, "round": round_, "phase": phase, "error": one_line(e), "traceback": tb}
+    return Failure(node, round_, phase, one_line(e), tb)
 
 
-def _fault(node: str, round_: int, phase: str, e: BaseException) -> dict:
+def _fault(node: str, round_: int, phase: str, e: BaseException) -> Fault:
     """A participant's fault record (no traceback: the round goes on)."""
-    return {"node": node, "round": round_, "phase": phase, "error": one_line(e)}
+    return Fault(node, round_, phase, one_line(e))
 
 
 def activated(nodes: dict[str, Node], received, activate) -> set[str]:
@@ -229,67 +232,96 @@ def _round_log(round_) -> dict:
 _FRESH_TORCH_SEED: int | None = None
 
 
-# glibc's malloc gives memory back to the system as soon as 128 KiB lie free at the top of its heap,
-# and maps every block above its mmap threshold (at most 32 MiB) afresh. A host allocates and frees
-# the same few tens of MB each superstep (payloads, batches, decoded arrays), so by default every
-# superstep page-faults all of it in again: a third of an echo round at 1,000 clients. Keeping up to
-# 128 MiB free and serving blocks up to 64 MiB from the heap removes most of that for a few tens of
-# MiB of peak RSS per host (benchmarks/RESULTS.md, "Freed memory kept for the next superstep").
-# A host tunes once a superstep moves _MALLOC_WORTH_IT bytes through it (batches in + out): small
-# deployments (the test suite's) keep glibc's defaults, which cost them nothing.
-_MALLOC_TRIM, _MALLOC_MMAP, _MALLOC_WORTH_IT = 128 << 20, 64 << 20, 8 << 20
-_PARTS_FROM, _PARTS_PAYLOAD = 64 << 20, 16 << 10  # a batch goes as its parts (_put_batches)
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
-_malloc_tuned: bool | None = None  # None: not tried yet in this process
+class _Presence:
+    """Which nodes are away in a superstep: offline this round by the availability model (where
+    the order applies it), failed earlier this round, or all of them when the host lost the
+    round to a fault."""
+
+    def __init__(self, ctx: NodeContext, order: StepOrder):
+        self._cond, self._seed, self._round = ctx.conditions, ctx.seed, order.round
+        self._absent = order.absent
+        self._avail = order.availability and not self._cond.fair_weather
+        self._failed = set(order.failed)
+        self._offline: dict[str, bool] = {}
+        self.may_be_away = self._absent or self._avail or bool(self._failed)
+
+    def away(self, nid: str) -> bool:
+        if self._absent or nid in self._failed:
+            return True
+        if not self._avail:
+            return False
+        v = self._offline.get(nid)
+        if v is None:
+            v = self._offline[nid] = self._cond.offline(self._seed, self._round, nid)
+        return v
 
 
-def keep_freed_memory() -> bool:
-    """Tune this process's glibc malloc as above, once; False where the C library is not glibc."""
-    global _malloc_tuned
-    if _malloc_tuned is None:
-        try:
-            libc = ctypes.CDLL(None)
-            _malloc_tuned = bool(
-                libc.mallopt(_M_TRIM_THRESHOLD, _MALLOC_TRIM)
-                and libc.mallopt(_M_MMAP_THRESHOLD, _MALLOC_MMAP)
-            )
-        except (OSError, AttributeError):  # not glibc (macOS, musl): its own defaults stand
-            _malloc_tuned = False
-    return _malloc_tuned
+class _Clock:
+    """Simulated time in a training superstep (nodes/conditions.py): each node's seconds from its
+    share of the handlers' time and the bytes it received and sent; a participant past the
+    round's deadline is late, and what it sent is dropped."""
+
+    def __init__(self, ctx: NodeContext, order: StepOrder, inbox: dict):
+        self._cond, self._seed, self.on = ctx.conditions, ctx.seed, order.clock
+        self._deadline = self._cond.deadline if order.clock else 0.0
+        self._t_start = order.t_start
+        self._inbound = (
+            {n: sum(len(m.payload) for m in box) for n, box in inbox.items()} if self.on else {}
+        )
+        self.sim_max = 0.0
+
+    def sent(self, nid: str, share: float, keep: list, out: StepOutcome) -> list:
+        """What node ``nid`` sent that goes out (all of it, unless it was late)."""
+        if not self.on:
+            return keep
+        cond = self._cond
+        t_n = cond.node_seconds(
+            self._seed, nid, share, self._inbound.get(nid, 0), sum(len(m.payload) for m in keep)
+        )
+        if self._deadline > 0 and self._t_start + t_n > self._deadline and cond.participant(nid):
+            out.late += len(keep)
+            if keep:
+                out.late_nodes.append(nid)
+            keep = []
+            t_n = max(0.0, self._deadline - self._t_start)  # nobody waits past the deadline
+        self.sim_max = max(self.sim_max, t_n)
+        return keep
 
 
-def keep_freed_memory_if_worth_it(moved: int) -> bool:
-    """Tune (:func:`keep_freed_memory`) once a superstep has moved ``moved`` ≥ _MALLOC_WORTH_IT
-    bytes through this process; whether it is tuned. A superstep that moved more than the
-    _MALLOC_TRIM kept (10,000 echo clients: 200 MB a host) gives what it freed beyond that back
-    at once (``malloc_trim``): the heap keeps at most _MALLOC_TRIM idle between supersteps."""
-    if _malloc_tuned is None and moved >= _MALLOC_WORTH_IT:
-        keep_freed_memory()
-    if _malloc_tuned and moved > _MALLOC_TRIM:
-        ctypes.CDLL(None).malloc_trim(ctypes.c_size_t(_MALLOC_TRIM))
-    return bool(_malloc_tuned)
-
-
-def _put_batches(outgoing: dict[int, list[Message]], ledger: Ledger, round_: int, phase: str):
-    """Put each destination host's messages in the object store as one batch; (references,
-    bytes) by destination host. A batch of at least _PARTS_FROM bytes whose payloads average
+def _put_batches(parts: dict[int, list]) -> dict:
+    """Put each destination host's batch (its parts) in the object store; references by
+    destination host. A batch of at least _PARTS_FROM bytes whose payloads average
     _PARTS_PAYLOAD goes as its parts, each payload an out-of-band buffer: Ray copies it once,
     straight into the store, with no joined copy beside the payloads (10,000 echo clients: 200 MB
     a host). A smaller batch is joined first: there one copy costs less than Ray's work per
-    buffer (benchmarks/RESULTS.md). Either way the receiver reads it in place from the store."""
-    refs, sizes = {}, {}
-    for dst_host, msgs in outgoing.items():
-        head, *payloads = parts = encode_batch_parts(msgs)
-        sizes[dst_host] = size = batch_size(parts)
-        ledger.record_crossed(round_, phase, size)
+    buffer. Either way the receiver reads it in place from the store."""
+    refs = {}
+    for dst_host, (head, *payloads) in parts.items():
+        size = batch_size([head, *payloads])
         if size >= _PARTS_FROM and size >= _PARTS_PAYLOAD * len(payloads):
             refs[dst_host] = ray.put([head, *map(pickle.PickleBuffer, payloads)])
         else:  # as a numpy array: stored out of band, read in place (bytes would be copied out)
-            refs[dst_host] = ray.put(np.frombuffer(join_batch(parts), dtype=np.uint8))
-    return refs, sizes
+            refs[dst_host] = ray.put(np.frombuffer(join_batch([head, *payloads]), dtype=np.uint8))
+    return refs
+
+
+_PARTS_FROM, _PARTS_PAYLOAD = 64 << 20, 16 << 10  # a batch goes as its parts (_put_batches)
 
 
 class Host:
+    """One Ray actor (one OS process) carrying logical nodes; its methods are what the driver and
+    the other hosts may ask of it.
+
+    It owns its nodes (their private state, RNGs and models, on :attr:`device`), their mail (the
+    messages its own nodes sent one another, and the batches other hosts sent it and it has not
+    delivered yet), the rollback copies of a round's participants, and its process's torch
+    threads, RNG and allocator. In a superstep (:meth:`step` over actor calls, :meth:`graph_step`
+    and :meth:`deliver` over a compiled graph; both take a :class:`nodes.step.StepOrder` and
+    answer a :class:`nodes.step.StepOutcome`) it touches nothing else: what its nodes send
+    leaves it only as encoded batches, counted in its ledger. Set-up (:meth:`add_nodes`,
+    :meth:`set_route`), checkpoints (:meth:`snapshot`, :meth:`restore`, :meth:`held_mail`) and
+    inspection (:meth:`call`, :meth:`info`) are the operator's, not protocol traffic."""
+
     def __init__(
         self,
         index: int,
@@ -316,6 +348,9 @@ class Host:
         self._roles: dict[str, str] = {}
         self._senders: dict = {}  # role -> the sender roles it accepts (nodes/envelope.py)
         self.local_inbox: list[Message] = []
+        self._mail: dict[int, object] = {}  # source host -> the batch it sent (a compiled graph's)
+        # (superstep, its outcome, its batches not yet delivered): the answer to give if asked again
+        self._answered: tuple | None = None
         self._in_place: frozenset[str] | None = None  # nodes whose class READS_IN_PLACE
         # ((round, training?), participants that ran a handler in it): the share that failed
         self._ran: tuple = (None, set())
@@ -406,6 +441,7 @@ class Host:
             node.ctx = self.ctx
         self.nodes = state["nodes"]
         self.local_inbox = state["local_inbox"] if keep_mail else []
+        self._mail, self._answered = {}, None
         self._round_log = _round_log(None)
         return len(self.local_inbox)
 
@@ -424,174 +460,193 @@ class Host:
         }
 
     # --- one superstep -------------------------------------------------------------------------
-    def step(
-        self, round_: int, phase: str, activate: list[str], tap: bool, ctrl: dict, *batches
-    ) -> dict:
-        """Run one superstep. ``ctrl``: ``availability`` (apply the run's availability model),
-        ``absent`` (every node here lost the round to a fault), ``failed`` (participants whose
-        handler raised earlier in this round: skipped like offline ones), ``t_start`` (simulated
-        seconds since the round began, for the deadline), ``clock`` (measure simulated time).
+    def step(self, order: StepOrder, *batches) -> StepOutcome:
+        """Run one superstep over actor calls (nodes/transport.py ``ActorCalls``). ``batches``:
+        the batches other hosts sent here (Ray resolves their references), delivered with any this
+        host holds (:meth:`deliver`). The batches for other hosts go into Ray's object store; the
+        outcome's ``batches`` holds their references.
 
         A participant (``conditions.participant``) whose handler raises has failed for the round
         (:meth:`_handle`): put back as it was before this superstep, its outputs and inbox
         discarded, listed in ``faults``. Any other node's exception ends the step at once with
-        ``failure`` (node, round, phase, message, traceback), which the driver raises."""
-        with self._nodes_code():
-            return self._step(round_, phase, activate, tap, ctrl, *batches)
+        ``failure``, which the driver raises."""
+        outcome, parts = self._superstep(order, batches)
+        if parts:
+            outcome = replace(outcome, batches=_put_batches(parts))
+            self._answered = (order.seq, outcome, {})  # the store holds the batches now
+        return outcome
 
-    def _step(
-        self, round_: int, phase: str, activate: list[str], tap: bool, ctrl: dict, *batches
-    ) -> dict:
+    def graph_step(self, orders: tuple[StepOrder, ...]) -> tuple:
+        """The first stage of a superstep over a compiled graph (nodes/transport.py
+        ``Channels``): run this host's order of ``orders``. Returns the outcome, then the batch
+        for each host in order (None where there is none); the graph carries each batch to its
+        host's :meth:`deliver`."""
+        outcome, parts = self._superstep(orders[self.index], ())
+        return (outcome, *(parts.get(h) for h in range(len(orders))))
+
+    def deliver(self, *batches) -> int:
+        """The second stage: keep the batch each host sent here (by source host; None where
+        none) for the next superstep. Returns how many this host holds."""
+        for src, batch in enumerate(batches):
+            if batch is not None:
+                self._mail[src] = batch
+        self._answered = self._answered and (self._answered[0], self._answered[1], {})
+        return len(self._mail)
+
+    def held_mail(self) -> list[tuple[int, bytes]]:
+        """The batches this host holds for its next superstep, by source host, joined (what a
+        checkpoint stores)."""
+        return [(src, join_batch(b)) for src, b in sorted(self._mail.items())]
+
+    def _superstep(self, order: StepOrder, batches) -> tuple[StepOutcome, dict[int, list]]:
+        """The superstep ``order`` asks for, in its stages: :meth:`_take_mail`,
+        :meth:`_deliver_mail`, :meth:`_run_handlers` (which clocks and routes what the nodes send)
+        and :meth:`_encode`. Returns the outcome and the batches for other hosts (by host, as
+        their parts). Asked again for the superstep it answered last, the host answers the same
+        (its nodes do not run twice) with the batches not yet delivered."""
+        if self._answered is not None and self._answered[0] == order.seq:
+            return self._answered[1], self._answered[2]
         t0 = time.perf_counter()
-        self._torch_loaded()
-        cond = self.ctx.conditions
-        seed = self.ctx.seed
-        absent = bool(ctrl.get("absent"))
-        avail = bool(ctrl.get("availability")) and not cond.fair_weather
-        offline_cache: dict[str, bool] = {}
+        with self._nodes_code():
+            self._torch_loaded()
+            out = StepOutcome()
+            mail = self._take_mail(order, batches)
+            presence = _Presence(self.ctx, order)
+            inbox, dropped = self._deliver_mail(order, mail, presence, out)
+            t1 = time.perf_counter()
+            outgoing, ledger = self._run_handlers(order, inbox, presence, dropped, out)
+            if out.failure is not None:
+                return out, {}
+            t2 = time.perf_counter()
+            inbox.clear()  # what this superstep received is freed before the heap is trimmed
+            parts = self._encode(order, outgoing, ledger, out)
+            t3 = time.perf_counter()
+        out.dropped = sorted(dropped)
+        out.ledger = ledger.export()
+        out.timing = StepTiming(decode=t1 - t0, compute=t2 - t1, encode=t3 - t2)
+        out.pending_local = len(self.local_inbox)
+        keep_freed_memory_if_worth_it(sum(map(batch_size, mail)) + sum(out.batch_bytes.values()))
+        self._answered = (order.seq, out, parts)
+        return out, parts
 
-        failed = set(ctrl.get("failed", ()))  # participants whose handler raised this round
+    def _take_mail(self, order: StepOrder, batches) -> list:
+        """Stage 1: the batches to deliver: those held (less those from hosts in
+        ``order.drop_sources``, which died since they sent them) and those passed in."""
+        held = [b for src, b in sorted(self._mail.items()) if src not in order.drop_sources]
+        self._mail = {}
+        return held + list(batches)
 
-        def away(nid: str) -> bool:  # offline this round (availability), or lost to a fault
-            if nid in failed:
-                return True
-            if not avail:
-                return False
-            v = offline_cache.get(nid)
-            if v is None:
-                v = offline_cache[nid] = cond.offline(seed, round_, nid)
-            return v
-
-        lost_hosts = set(ctrl.get("absent_hosts", ()))  # hosts whose nodes lost this round
+    def _deliver_mail(self, order: StepOrder, mail: list, presence: _Presence, out: StepOutcome):
+        """Stage 2: decode the mail and put each message in its node's inbox, sorted by sender;
+        mail for a node that is away is undelivered, and a message that fails its receiver's
+        check (cluster/validate.py) is rejected. Returns the inboxes and the nodes that missed
+        theirs."""
         dropped: set[str] = set()
-        undelivered = 0
-        rejected: dict[tuple[str, str], int] = defaultdict(int)  # (kind, reason) -> messages
+        rejected: dict[tuple[str, str], int] = defaultdict(int)
         shared, checked = self.ctx.shared, {}  # verdicts per (payload object, check)
         inbox: dict[str, list[Message]] = defaultdict(list)
-        incoming = list(self.local_inbox)
-        self.local_inbox = []
-        if batches and self._in_place is None:
+        incoming, self.local_inbox = self.local_inbox, []
+        if mail and self._in_place is None:
             self._in_place = frozenset(n for n, node in self.nodes.items() if node.READS_IN_PLACE)
-        for batch in batches:
+        for batch in mail:
             incoming.extend(decode_batch(batch, self._in_place))
-        nodes_here, may_be_away = self.nodes, absent or avail or bool(failed)
-        route, roles = self.route, self._roles
         for m in incoming:
-            node = nodes_here.get(m.dst)
+            node = self.nodes.get(m.dst)
             if node is None:
                 raise ValueError(
                     f"host {self.index}: message {m.kind} for {m.dst}, which it does not carry"
                 )
-            if may_be_away and (absent or away(m.dst)):
+            if presence.may_be_away and presence.away(m.dst):
                 dropped.add(m.dst)
-                undelivered += 1
+                out.undelivered += 1
                 continue
-            bad = screen(type(node).accepts(), m, phase, shared, checked)
+            bad = screen(type(node).accepts(), m, order.phase, shared, checked)
             if bad is not None:  # untrusted input that fails its check never reaches a handler
                 rejected[(m.kind, bad.reason)] += 1
                 continue
             inbox[m.dst].append(m)
-        del incoming  # the inboxes hold the messages now (and may let them go once handled)
         for msgs in inbox.values():  # a deterministic order, whatever the placement
             msgs.sort(key=lambda m: m.src)
+        out.rejected = rejected
+        return inbox, dropped
 
-        active = activated(self.nodes, inbox, activate)
-        if absent or avail or failed:
-            gone = {nid for nid in active if absent or away(nid)}
+    def _run_handlers(self, order: StepOrder, inbox, presence: _Presence, dropped, out):
+        """Stage 3: run the handlers of the active nodes (those with mail and those the order
+        activates, less those away), one batch per node class, then clock and route what each
+        node sent: to its own host's next superstep, or to the batch for its destination host.
+        Returns the messages for other hosts (by host) and the ledger of what was sent."""
+        round_, phase, cond = order.round, order.phase, self.ctx.conditions
+        active = activated(self.nodes, inbox, order.activate)
+        if presence.may_be_away:
+            gone = {nid for nid in active if presence.away(nid)}
             dropped |= gone
             active -= gone
-        key = (round_, bool(ctrl.get("clock")))
+        key = (round_, order.clock)
         if self._ran[0] != key:
             self._ran = (key, set())
         self._ran[1].update(nid for nid in active if cond.participant(nid))
-        t1 = time.perf_counter()
-
-        clock = bool(ctrl.get("clock"))
-        deadline = cond.deadline if clock else 0.0
-        t_start = float(ctrl.get("t_start", 0.0))
-        inbound = {n: sum(len(m.payload) for m in box) for n, box in inbox.items()} if clock else {}
+        out.participants = len(self._ran[1])  # that ran a handler this round (this kind)
+        clock = _Clock(self.ctx, order, inbox)
         ledger = Ledger()
-        tapped: list[Message] = []
         reports: dict[str, list[float]] = defaultdict(list)
         outgoing: dict[int, list[Message]] = defaultdict(list)
-        sim_max, late, late_nodes = 0.0, 0, []
-        faults: list[dict] = []
+        lost_hosts = set(order.absent_hosts)
         for cls, nids in class_batches(self.nodes, active):
             tc = time.perf_counter()
             nids, raised, failure = self._handle(cls, nids, round_, phase, inbox)
             if failure is not None:  # a server, key server, matcher...: the run stops
-                return {"failure": failure}
+                out.failure = failure
+                return {}, ledger
             for f in raised:  # failed for the round, like a dropout: its inbox is not delivered
-                dropped.add(f["node"])
-                undelivered += len(inbox.get(f["node"], ()))
-            faults.extend(raised)
+                dropped.add(f.node)
+                out.undelivered += len(inbox.get(f.node, ()))
+            out.faults.extend(raised)
             if not nids:
                 continue
             nodes = [self.nodes[n] for n in nids]
             share = (time.perf_counter() - tc) / len(nodes)  # each node's share of the batch
             for n in nodes:
-                for key in n._rejected:
-                    rejected[key] += 1
-                out, rep = n._drain()
+                for reason in n._rejected:
+                    out.rejected[reason] = out.rejected.get(reason, 0) + 1
+                sent, rep = n._drain()
                 for name, values in rep.items():
                     reports[name].extend(values)
                 keep = []
-                for m in out:  # inside the envelope (checked by _handle)
-                    if (may_be_away and away(m.dst)) or (lost_hosts and route[m.dst] in lost_hosts):
+                for m in sent:  # inside the envelope (checked by _handle)
+                    if (presence.may_be_away and presence.away(m.dst)) or (
+                        lost_hosts and self.route[m.dst] in lost_hosts
+                    ):
                         dropped.add(m.dst)
-                        undelivered += 1
+                        out.undelivered += 1
                     else:
                         keep.append(m)
-                if clock:
-                    t_n = cond.node_seconds(
-                        seed,
-                        n.id,
-                        share,
-                        inbound.get(n.id, 0),
-                        sum(len(m.payload) for m in keep),
-                    )
-                    if deadline > 0 and t_start + t_n > deadline and cond.participant(n.id):
-                        late += len(keep)
-                        if keep:
-                            late_nodes.append(n.id)
-                        keep = []
-                        t_n = max(0.0, deadline - t_start)  # nobody waits past the deadline
-                    sim_max = max(sim_max, t_n)
+                keep = clock.sent(n.id, share, keep, out)
                 for m in keep:
-                    dst_host = route[m.dst]
+                    dst_host = self.route[m.dst]
                     ledger.record(
-                        (round_, phase, m.kind, roles[m.src], roles[m.dst]), len(m.payload)
+                        (round_, phase, m.kind, self._roles[m.src], self._roles[m.dst]),
+                        len(m.payload),
                     )
-                    if tap:
-                        tapped.append(m)
+                    if order.tap:
+                        out.tapped.append(m)
                     if dst_host == self.index:
                         self.local_inbox.append(m)
                     else:
                         outgoing[dst_host].append(m)
-        t2 = time.perf_counter()
+        out.reports = dict(reports)
+        out.sim = clock.sim_max
+        return outgoing, ledger
 
-        refs, sizes = _put_batches(outgoing, ledger, round_, phase)
-        t3 = time.perf_counter()
-        inbox.clear()  # what this superstep received and sent is freed before the heap is trimmed
+    def _encode(self, order: StepOrder, outgoing, ledger: Ledger, out: StepOutcome) -> dict:
+        """Stage 4: each destination host's messages as one batch (its parts), its bytes counted
+        as crossed."""
+        parts = {}
+        for dst_host, msgs in outgoing.items():
+            parts[dst_host] = encode_batch_parts(msgs)
+            out.batch_bytes[dst_host] = size = batch_size(parts[dst_host])
+            ledger.record_crossed(order.round, order.phase, size)
         outgoing.clear()
-        keep_freed_memory_if_worth_it(sum(map(batch_size, batches)) + sum(sizes.values()))
-        return {
-            "batches": refs,
-            "batch_bytes": sizes,  # by destination host (the driver knows which are on other nodes)
-            "ledger": ledger.export(),
-            "reports": dict(reports),
-            "timing": {"decode": t1 - t0, "compute": t2 - t1, "encode": t3 - t2},
-            "pending_local": len(self.local_inbox),
-            "tapped": tapped,
-            "sim": sim_max,
-            "dropped": sorted(dropped),
-            "undelivered": undelivered,
-            "rejected": dict(rejected),
-            "late": late,
-            "late_nodes": late_nodes,
-            "faults": faults,
-            "participants": len(self._ran[1]),  # that ran a handler this round (this kind)
-        }
+        return parts
 
     def _handle(self, cls, nids: list[str], round_: int, phase: str, inbox: dict):
         """Run the handler of ``cls`` for the nodes ``nids`` (one batch). Returns the nodes that

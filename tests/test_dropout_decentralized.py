@@ -61,8 +61,8 @@ def drive(name, placement="packed", hosts=1, tap=True, dropout=0.3):
             per_round.append(
                 {
                     "train": res.train,
-                    "dropped": res.stats["dropped"],
-                    "undelivered": res.stats["undelivered"],
+                    "dropped": res.stats.dropped,
+                    "undelivered": res.stats.undelivered,
                     "bytes_by_kind": dep.ledger.by_kind(round_=res.round),
                 }
             )

@@ -53,7 +53,7 @@ def drive(placement, hosts, inspect=False):
             out["E"].append(dep.call("server/0", "get_item_embeddings"))
         for res in rounds(protocol, dep, ROUNDS, eval_every=0):  # evaluated after the last
             out["train"].append(res.train)
-            out["dropped"].append(res.stats["dropped"])
+            out["dropped"].append(res.stats.dropped)
             out["metrics"] = res.metrics
             if inspect:
                 out["E"].append(dep.call("server/0", "get_item_embeddings"))

@@ -43,7 +43,7 @@ def _drive(proto, conditions, placement="packed", hosts=1, tap=False):
             rows.append(
                 {
                     "train": res.train,
-                    "dropped": res.stats["dropped"],
+                    "dropped": res.stats.dropped,
                     "bytes_by_kind": dep.ledger.by_kind(round_=res.round),
                 }
             )
@@ -164,7 +164,7 @@ def test_verfedgnn_party_that_lost_the_alignment_rejoins(ray_local):
     try:
         done = run_rounds(proto, dep, ROUNDS, eval_every=0)  # evaluated after the last
         train = [r.train for r in done]
-        dropped = [r.stats["dropped"] for r in done]
+        dropped = [r.stats.dropped for r in done]
         metrics = done[-1].metrics
         aligned = [dep.call(node_id("party", p), "get_aligned_users") for p in range(4)]
     finally:

@@ -9,6 +9,7 @@ import numpy as np
 from nodes.conditions import Conditions
 from nodes.host import Host
 from nodes.node import Node, Shared
+from nodes.step import StepOrder
 
 PHASES = ("first", "second")
 
@@ -33,17 +34,18 @@ class Tally(Node):
                 raise RuntimeError("boom")
 
 
-def _run(fail: bool) -> tuple[Host, list[dict]]:
+def _run(fail: bool) -> tuple[Host, list]:
     Tally.fail = fail
     host = Host(0, seed=3, shared=Shared(), num_cpus=1, conditions=Conditions())
     host.add_nodes([(Tally, f"user/{i}", {}) for i in range(3)])
     host.set_route({f"user/{i}": 0 for i in range(3)})
-    out = []
+    out, seq = [], 0
     for r in range(3):
         failed: list[str] = []
         for phase in PHASES:
-            res = host.step(r, phase, ["user"], False, {"failed": failed})
-            failed += [f["node"] for f in res.get("faults", ())]
+            seq += 1
+            res = host.step(StepOrder(seq, r, phase, ("user",), failed=tuple(failed)))
+            failed += [f.node for f in res.faults]
             out.append(res)
     return host, out
 
@@ -51,9 +53,9 @@ def _run(fail: bool) -> tuple[Host, list[dict]]:
 def test_a_node_raising_late_in_a_round_is_put_back_as_the_round_found_it():
     clean, _ = _run(False)
     host, steps = _run(True)
-    faults = [f for s in steps for f in s.get("faults", ())]
-    assert [(f["node"], f["round"], f["phase"]) for f in faults] == [("user/1", 1, "second")]
-    assert faults[0]["error"] == "RuntimeError: boom"
+    faults = [f for s in steps for f in s.faults]
+    assert [(f.node, f.round, f.phase) for f in faults] == [("user/1", 1, "second")]
+    assert faults[0].error == "RuntimeError: boom"
     for nid in ("user/0", "user/2"):  # the rest of the batch: as if nothing had failed
         assert host.nodes[nid].total == clean.nodes[nid].total
         assert host.nodes[nid].rng.random() == clean.nodes[nid].rng.random()
@@ -96,17 +98,18 @@ class Gossip(Node):
                 raise RuntimeError("boom")
 
 
-def _gossip(fail: tuple, phases: tuple, cls=None) -> tuple[Host, list[dict], list[int]]:
+def _gossip(fail: tuple, phases: tuple, cls=None) -> tuple[Host, list, list[int]]:
     Gossip.fail = fail
     host = Host(0, seed=5, shared=Shared(), num_cpus=1, conditions=Conditions())
     host.add_nodes([(cls or Gossip, f"user/{i}", {}) for i in range(3)])
     host.set_route({f"user/{i}": 0 for i in range(3)})
-    out, logged = [], []
+    out, logged, seq = [], [], 0
     for r in range(2):
         failed: list[str] = []
         for phase in phases:
-            res = host.step(r, phase, ["user"], False, {"failed": failed})
-            failed += [f["node"] for f in res.get("faults", ())]
+            seq += 1
+            res = host.step(StepOrder(seq, r, phase, ("user",), failed=tuple(failed)))
+            failed += [f.node for f in res.faults]
             out.append(res)
             logged.append(len(host._round_log["steps"]))
     return host, out, logged
@@ -115,7 +118,7 @@ def _gossip(fail: tuple, phases: tuple, cls=None) -> tuple[Host, list[dict], lis
 def _check_rollback(fail, phases, cls=None):
     clean, _, _ = _gossip((), phases, cls)
     host, steps, logged = _gossip(fail, phases, cls)
-    faults = [(f["node"], f["round"], f["phase"]) for s in steps for f in s.get("faults", ())]
+    faults = [(f.node, f.round, f.phase) for s in steps for f in s.faults]
     assert faults == [("user/1", *fail)]
     for nid in ("user/0", "user/2"):  # nodes that did not raise: untouched by the fault
         assert host.nodes[nid].rng.random() == clean.nodes[nid].rng.random()

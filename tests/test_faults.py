@@ -133,7 +133,7 @@ def _fedmf_rounds(placement, hosts, n_rounds=4):
     try:
         for res in rounds(proto, dep, n_rounds, eval_every=1):
             by_kind = dep.ledger.by_kind(round_=res.round)
-            out.append((res.stats["dropped"], res.train, res.metrics, by_kind))
+            out.append((res.stats.dropped, res.train, res.metrics, by_kind))
     finally:
         dep.close()
     return out
@@ -193,16 +193,16 @@ def test_simulated_seconds_follow_the_formula_and_the_deadline_drops_the_slow_no
     user = {u: PUSH / mob.down + n / mob.up + mob.latency for u, n in SIZES.items()}
     collect = sum(SIZES.values()) / dc.down + dc.latency
     stats, arrived, by_kind = _three_nodes(deadline=0.0)
-    assert stats["sim_seconds"] == pytest.approx(push + max(user.values()) + collect, rel=1e-9)
-    assert arrived == [2] and stats["late"] == 0
+    assert stats.sim_seconds == pytest.approx(push + max(user.values()) + collect, rel=1e-9)
+    assert arrived == [2] and stats.late == 0
     assert by_kind["reply"] == sum(SIZES.values())
 
     deadline = push + (user["user/0"] + user["user/1"]) / 2  # user/0 in time, user/1 not
     stats, arrived, by_kind = _three_nodes(deadline=deadline)
-    assert stats["late"] == 1 and stats["late_nodes"] == ["user/1"]
+    assert stats.late == 1 and stats.late_nodes == ["user/1"]
     assert arrived == [1] and by_kind["reply"] == SIZES["user/0"]  # a late reply is not counted
     late_collect = SIZES["user/0"] / dc.down + dc.latency
-    assert stats["sim_seconds"] == pytest.approx(deadline + late_collect, rel=1e-9)
+    assert stats.sim_seconds == pytest.approx(deadline + late_collect, rel=1e-9)
 
 
 def test_host_snapshot_pickling_keeps_every_tensor_kind():

@@ -10,6 +10,7 @@ from cluster import wire
 from cluster.message import Message, encode_batch_parts
 from nodes.host import Host
 from nodes.node import Node, Shared
+from nodes.step import StepOrder
 
 
 class Summer(Node):
@@ -50,7 +51,7 @@ def test_in_place_nodes_read_views_and_the_others_get_bytes():
     msgs = [Message("up", "user/9", "server/0", 0, "p", wire.encode_dense(v)) for v in vecs]
     msgs += [Message("news", "user/9", f"user/{i}", 0, "p", news) for i in range(2)]
     parts = encode_batch_parts(msgs)
-    host.step(0, "p", [], False, {}, [memoryview(p) for p in parts])  # as Ray hands them over
+    host.step(StepOrder(0, 0, "p"), [memoryview(p) for p in parts])  # as Ray hands them over
     server = host.nodes["server/0"]
     assert server.kinds == {memoryview}
     assert server.total == float(sum(v.sum() for v in vecs))
@@ -60,19 +61,14 @@ def test_in_place_nodes_read_views_and_the_others_get_bytes():
     host.add_nodes([(Summer, "server/1", {})])
     host.set_route({**host.route, "server/1": 0})
     host.step(
-        1,
-        "p",
-        [],
-        False,
-        {},
+        StepOrder(1, 1, "p"),
         encode_batch_parts([Message("up", "user/9", "server/1", 1, "p", news)]),
     )
     assert host.nodes["server/1"].kinds == {memoryview}
 
 
 def test_a_large_batch_travels_as_its_parts_and_a_small_one_joined(ray_local, monkeypatch):
-    from cluster.ledger import Ledger
-    from cluster.message import decode_batch, encode_batch
+    from cluster.message import batch_size, decode_batch, encode_batch
     from nodes import host as host_module
 
     msgs = [
@@ -83,9 +79,7 @@ def test_a_large_batch_travels_as_its_parts_and_a_small_one_joined(ray_local, mo
     for threshold, kind in ((1 << 30, np.ndarray), (0, list)):
         monkeypatch.setattr(host_module, "_PARTS_FROM", threshold)
         monkeypatch.setattr(host_module, "_PARTS_PAYLOAD", threshold)
-        ledger = Ledger()
-        refs, sizes = host_module._put_batches({1: msgs}, ledger, 0, "p")
+        refs = host_module._put_batches({1: encode_batch_parts(msgs)})
         batch = ray_local.get(refs[1])
         assert isinstance(batch, kind)
-        assert decode_batch(batch) == msgs and sizes == {1: joined}
-        assert ledger.crossed == {(0, "p"): joined}
+        assert decode_batch(batch) == msgs and batch_size(batch) == joined

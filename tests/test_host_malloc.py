@@ -1,4 +1,4 @@
-"""A host keeps the memory it frees for its next superstep (nodes/host.py, keep_freed_memory)."""
+"""A host keeps the memory it frees for its next superstep (nodes/allocator.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 # In a fresh interpreter: touch 48 MiB, free it, and report by how much the RSS fell.
 _CYCLE = """
 import sys, psutil
-from nodes.host import keep_freed_memory_if_worth_it
+from nodes.allocator import keep_freed_memory_if_worth_it
 assert not keep_freed_memory_if_worth_it(1 << 20)  # a small superstep leaves glibc's defaults
 if sys.argv[1] == "tuned":
     assert keep_freed_memory_if_worth_it(8 << 20)
@@ -45,7 +45,7 @@ def test_a_host_process_keeps_a_freed_block_instead_of_giving_it_back():
 # then report how far the RSS fell after a superstep that moved `moved` MiB.
 _BIG = """
 import sys, psutil
-from nodes.host import keep_freed_memory_if_worth_it
+from nodes.allocator import keep_freed_memory_if_worth_it
 assert keep_freed_memory_if_worth_it(8 << 20)
 proc = psutil.Process()
 blocks = [bytes(40_000) for _ in range(5_000)]

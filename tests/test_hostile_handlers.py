@@ -743,10 +743,10 @@ def hostile_run(label: str):
         dep.close()
     rejected, faults = Counter(), []
     for r in results:
-        for kind, by_reason in r.stats["rejected"].items():
+        for kind, by_reason in r.stats.rejected.items():
             for reason, n in by_reason.items():
                 rejected[(kind, reason)] += n
-        faults += r.stats["faults"]
+        faults += r.stats.faults
     return rejected, tally, faults
 
 

@@ -505,7 +505,7 @@ def test_a_corrupted_user_is_rejected_counted_and_never_reaches_the_model(ray_lo
         from engine import run_rounds
 
         run_rounds(proto, dep, 2, eval_every=0)
-        assert dep.round_stats()["rejected"] == {"item_grads": {"nonfinite": 1, "range": 1}}
+        assert dep.round_stats().rejected == {"item_grads": {"nonfinite": 1, "range": 1}}
         q = dep.call("server/0", "get_item_factors")
         assert np.isfinite(q).all()
     finally:

@@ -281,7 +281,7 @@ class FedPerGNN(Protocol):
 
     def _note_absences(self, dep: Deployment) -> None:
         stats = dep.round_stats()
-        if stats["dropped"] or stats["late"]:
+        if stats.dropped or stats.late:
             self.absence_seen = True
 
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:

@@ -1,0 +1,177 @@
+"""How a superstep's orders, batches and outcomes travel between the driver and the hosts.
+
+Two transports carry the same contract (nodes/step.py) and give the same results:
+
+* :class:`ActorCalls` (``calls``): the driver calls every host's ``step`` with its order and the
+  references of the batches other hosts put in Ray's object store for it; each host puts its own
+  batches there and answers with their references.
+* :class:`Channels` (``channels``): a Ray compiled graph of the host actors, built once per
+  deployment: every execution carries the orders to the hosts (``graph_step``), each host's batch
+  for each other host straight to that host (``deliver``, which keeps it for the next superstep)
+  and the outcomes back, through channels set up at compile time (shared memory between processes
+  of one machine) instead of an actor task, an object-store entry and a driver round trip each.
+  Where the graph cannot serve — a host died (it is torn down, the superstep runs over actor
+  calls, which replace the host, and the graph is built again over the new actors), the driver
+  holds batch references (a restored checkpoint), or it cannot be compiled (say, hosts on nodes
+  its channels do not span) — the superstep goes over actor calls, and :attr:`Channels.notes`
+  says so (the run's summary, ``transport``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import ray
+from ray.exceptions import ObjectLostError, RayActorError, RayChannelError, RaySystemError
+
+from nodes.step import StepOrder, StepOutcome
+
+TRANSPORTS = ("calls", "channels")
+
+
+@dataclass
+class Answers:
+    """The hosts' answers to one superstep's orders.
+
+    Attributes:
+        outcomes: host -> its outcome.
+        dead: hosts that died (no outcome).
+        starved: hosts that could not run: a batch for them was lost with the host that put it.
+    """
+
+    outcomes: dict[int, StepOutcome] = field(default_factory=dict)
+    dead: list[int] = field(default_factory=list)
+    starved: list[int] = field(default_factory=list)
+
+
+class ActorCalls:
+    """A superstep as one ``Host.step`` actor call per host."""
+
+    name = "calls"
+
+    def __init__(self):
+        self.notes: list[str] = []
+
+    def run(self, hosts: list, orders: list[StepOrder], pending: list[list]) -> Answers:
+        """Run ``orders`` (one per host) on ``hosts``; ``pending[h]``: (source host, batch
+        reference or None where host h holds the batch itself) for every batch sent to h."""
+        futures = [
+            hosts[h].step.remote(orders[h], *[ref for _, ref in pending[h] if ref is not None])
+            for h in range(len(orders))
+        ]
+        answers = Answers()
+        for h, fut in enumerate(futures):
+            try:
+                answers.outcomes[h] = ray.get(fut)
+            except RayActorError:
+                answers.dead.append(h)
+            except ObjectLostError:  # an input batch died with the host that sent it
+                answers.starved.append(h)
+        return answers
+
+    def invalidate(self, why: str) -> None:
+        """The hosts changed (one died or was replaced): nothing to rebuild."""
+
+    def close(self) -> None:
+        pass
+
+
+class Channels:
+    """A superstep as one execution of a compiled graph of the host actors: every host runs
+    ``graph_step`` on the orders and returns its outcome and one batch per host; each host's
+    ``deliver`` receives the batches addressed to it."""
+
+    name = "channels"
+
+    def __init__(self):
+        self.notes: list[str] = []
+        self._calls = ActorCalls()
+        self._graph = None
+        self._hosts: list | None = None
+        self._calls_next = 0  # supersteps to run over actor calls before building the graph
+        self._broken = False  # the graph cannot be compiled here: actor calls from now on
+        self._round = None
+        self.compile_seconds = 0.0
+
+    def run(self, hosts: list, orders: list[StepOrder], pending: list[list]) -> Answers:
+        self._round = orders[0].round
+        held_by_driver = any(ref is not None for refs in pending for _, ref in refs)
+        if self._broken or self._calls_next or held_by_driver:
+            self._calls_next = max(0, self._calls_next - 1)
+            return self._calls.run(hosts, orders, pending)
+        if self._graph is None or self._hosts != _ids(hosts):
+            if not self._build(hosts):
+                return self._calls.run(hosts, orders, pending)
+        try:
+            refs = self._graph.execute(tuple(orders))
+            values = [r.get(timeout=-1) for r in refs]
+        except (RayChannelError, RayActorError, RaySystemError) as e:
+            # a host died during the execution: the graph is gone; the hosts that ran the
+            # superstep answer it again from what they kept, the others run it now
+            self.invalidate(f"an execution failed ({type(e).__name__})")
+            self._calls_next = 0
+            return self._calls.run(hosts, orders, pending)
+        n = len(orders)
+        return Answers(outcomes=dict(enumerate(values[:n])))
+
+    def _build(self, hosts: list) -> bool:
+        """Compile the graph over ``hosts``; False (and actor calls from now on) where Ray
+        cannot."""
+        from ray.dag import InputNode, MultiOutputNode
+
+        self.close()
+        n = len(hosts)
+        t0 = time.perf_counter()
+        try:
+            with InputNode() as orders:
+                steps = [h.graph_step.options(num_returns=n + 1).bind(orders) for h in hosts]
+                delivered = [
+                    hosts[d].deliver.bind(*[steps[s][1 + d] for s in range(n)]) for d in range(n)
+                ]
+                dag = MultiOutputNode([s[0] for s in steps] + delivered)
+            self._graph = dag.experimental_compile(_submit_timeout=-1)
+        except Exception as e:  # noqa: BLE001 — any reason the graph cannot be built here
+            self._broken = True
+            self.notes.append(
+                f"round {self._round}: no compiled graph ({type(e).__name__}: "
+                f"{' '.join(str(e).split())[:200]}); actor calls instead"
+            )
+            return False
+        self.compile_seconds += time.perf_counter() - t0
+        if self._hosts is not None:
+            self.notes.append(
+                f"round {self._round}: graph rebuilt over the hosts now running "
+                f"({time.perf_counter() - t0:.2f} s)"
+            )
+        self._hosts = _ids(hosts)
+        return True
+
+    def invalidate(self, why: str) -> None:
+        """A host died or was replaced: tear the graph down; the next superstep runs over actor
+        calls (which find dead hosts and replace them), the one after builds it again."""
+        if self._graph is not None:
+            self.notes.append(f"round {self._round}: graph torn down: {why}")
+        self.close()
+        self._calls_next = 1
+
+    def close(self) -> None:
+        if self._graph is not None:
+            graph, self._graph = self._graph, None
+            try:
+                graph.teardown()
+            except Exception:  # noqa: BLE001 — a graph whose actor died is torn down already
+                pass
+
+
+def _ids(hosts: list) -> list:
+    return [h._actor_id for h in hosts]
+
+
+def make_transport(name: str) -> ActorCalls | Channels:
+    """The transport called ``name`` (one of :data:`TRANSPORTS`)."""
+    if name == "calls":
+        return ActorCalls()
+    if name == "channels":
+        return Channels()
+    raise ValueError(f"--transport must be one of {TRANSPORTS}, got {name!r}")
