@@ -227,11 +227,11 @@ def _add_run_arguments(p: argparse.ArgumentParser, *, rounds_default: int | None
     p.add_argument(
         "--transport",
         choices=("calls", "channels"),  # nodes.transport.TRANSPORTS (no Ray import here)
-        default="calls",
+        default=None,
         help="how supersteps travel between the driver and the host actors: 'calls' (an actor "
         "call per host, batches through Ray's object store) or 'channels' (a Ray compiled graph "
         "of the hosts, built once: orders, batches and outcomes through its channels); results "
-        "are the same (default: %(default)s)",
+        "are the same (default: calls; with --resume, the run's own)",
     )
     p.add_argument(
         "--check-device",
@@ -681,6 +681,7 @@ DEFAULT_ROUNDS = 20
 RESUME_FLAGS = (
     "--resume",
     "--rounds",
+    "--transport",
     "--address",
     "--checkpoint-every",
     "--no-progress",
@@ -1083,7 +1084,7 @@ def _settings(args, conditions, **fields):
         audit=args.audit,
         tensorboard=getattr(args, "tensorboard", None),
         check_device=getattr(args, "check_device", False),
-        transport=getattr(args, "transport", "calls"),
+        transport=getattr(args, "transport", None) or "calls",
         **fields,
     )
 
@@ -1199,6 +1200,7 @@ def _resume(parser, args, params: dict) -> int:
             params=params,
             tensorboard=args.tensorboard,
             gpus_per_host=args.gpus_per_host,  # None: the run's own, or the CPU here
+            transport=args.transport,  # None: the run's own
         )
     except (CheckpointError, ConfigError) as e:
         parser.error(f"--resume: {e}")

@@ -2,6 +2,7 @@
 
     python -m benchmarks.vs_flower [--quick] [--clients 1000 10000] [--rounds 5] [--fail 0.1]
                                    [--hosts 2] [--flower-venv /tmp/privrec-flower-venv]
+                                   [--transport calls|channels]
 
 Workload: N clients; each round the server sends every client a 10,000-float32 vector, every client
 returns it plus a client-specific scalar δ_p = 1e-3·((p mod 100)+1), and the server replaces the
@@ -95,7 +96,9 @@ def summarise(seconds: list[float]) -> dict:
 
 
 # --- privrec -----------------------------------------------------------------------------------
-def run_privrec(n: int, fail: float, rounds: int, hosts: int, interval: float) -> dict:
+def run_privrec(
+    n: int, fail: float, rounds: int, hosts: int, interval: float, transport: str = "calls"
+) -> dict:
     import numpy as np
     import ray
 
@@ -117,7 +120,7 @@ def run_privrec(n: int, fail: float, rounds: int, hosts: int, interval: float) -
         t0 = time.perf_counter()
         start_or_join(None)
         t1 = time.perf_counter()
-        dep = deploy(protocol, "packed", hosts, conditions=conditions)
+        dep = deploy(protocol, "packed", hosts, conditions=conditions, transport=transport)
         t2 = time.perf_counter()
         seconds, uploads = [], []
         for res in round_loop(protocol, dep, rounds, eval_every=0, evaluate_last=False):
@@ -142,6 +145,7 @@ def run_privrec(n: int, fail: float, rounds: int, hosts: int, interval: float) -
             "placement": f"packed, {hosts} user hosts + 1 server host "
             f"({dep.cpus_per_host:.2f} CPU each)",
             "snapshot_every": conditions.snapshot_every,
+            "transport": dep.transport_summary(),
         }
     finally:
         if watch.proc.poll() is None:
@@ -338,6 +342,12 @@ def main() -> None:
     )
     ap.add_argument("--fail", type=float, default=0.1, help="failure rate of the second run per N")
     ap.add_argument("--hosts", type=int, default=2, help="privrec user hosts (placement packed)")
+    ap.add_argument(
+        "--transport",
+        choices=("calls", "channels"),
+        default="calls",
+        help="privrec's superstep transport (nodes/transport.py; default %(default)s)",
+    )
     ap.add_argument("--flower-venv", type=Path, default=Path("/tmp/privrec-flower-venv"))
     ap.add_argument(
         "--flower-client-cpus",
@@ -380,7 +390,7 @@ def main() -> None:
         expected = rounds * mean_delta
         for fail in (0.0, args.fail):
             print(f"N={n} fail={fail:g}: privrec", flush=True)
-            p = run_privrec(n, fail, rounds, args.hosts, args.interval)
+            p = run_privrec(n, fail, rounds, args.hosts, args.interval, args.transport)
             print(f"N={n} fail={fail:g}: flower (log {log_dir})", flush=True)
             fl = run_flower(py, n, fail, rounds, args, log_dir)
             case = {

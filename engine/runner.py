@@ -291,6 +291,7 @@ def resume(
     tensorboard: str | None = None,
     callbacks: list[RoundCallback] | tuple = (),
     gpus_per_host: float | None = None,
+    transport: str | None = None,
 ) -> tuple[Path, dict]:
     """Continue the run in ``run_dir`` from its checkpoint up to ``rounds`` rounds in all (None:
     the run's own plan), on the same placement (``gpus_per_host``: another GPU share per host;
@@ -300,7 +301,8 @@ def resume(
     those the protocol's Config names ``RESUMABLE`` (step sizes read afresh every round,
     reporting); config.json records the change and the new plan. ``tensorboard`` turns
     ``--tensorboard`` on (a run that had it goes on writing its event files anyway);
-    ``callbacks`` as for :func:`run`."""
+    ``callbacks`` as for :func:`run`; ``transport``: the superstep's transport (None: the
+    run's own)."""
     try:
         state, start, rounds = resume_plan(run_dir, rounds, params)
     except KeyboardInterrupt:
@@ -329,6 +331,8 @@ def resume(
         from engine.tensorboard import require
 
         require()
+    if transport is not None:
+        settings.transport = transport
     if gpus_per_host is not None:
         settings.gpus_per_host = gpus_per_host
     elif settings.gpus_per_host and settings.address is None and not _local_gpus():

@@ -256,6 +256,8 @@ class Deployment:
                     done, _ = ray.wait([kept[0][1]], timeout=0)
                     kept = kept[:1] if done else kept[:2]
                 self._snapshots[h] = [(round_, host.snapshot.remote())] + kept
+            if not self.transport.in_order_with_calls:  # taken before the round's supersteps
+                ray.wait([k[0][1] for k in self._snapshots], num_returns=self.n_hosts)
 
     def kill_host(self, h: int) -> int:
         """SIGKILL host ``h``'s process, as an operator's ``kill -9`` would (a local cluster only);

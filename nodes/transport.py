@@ -49,6 +49,9 @@ class ActorCalls:
     """A superstep as one ``Host.step`` actor call per host."""
 
     name = "calls"
+    # a host runs its actor calls one at a time, in order: a snapshot asked before a superstep
+    # is taken before it
+    in_order_with_calls = True
 
     def __init__(self):
         self.notes: list[str] = []
@@ -83,6 +86,9 @@ class Channels:
     ``deliver`` receives the batches addressed to it."""
 
     name = "channels"
+    # a graph's executions run on a thread of their own in each host, beside its actor calls: the
+    # driver waits for a call (a snapshot) before the next superstep
+    in_order_with_calls = False
 
     def __init__(self):
         self.notes: list[str] = []

@@ -1,6 +1,6 @@
 """Golden runs: every protocol and centralized baseline, a fixed seed, a small synthetic world and
 one or two rounds, against the figures recorded in tests/golden/runs.json — the guard that a
-refactoring leaves behaviour unchanged (issue 15).
+refactoring leaves behaviour unchanged.
 
 Every golden run also checks that the nodes compute on their device: handlers run with torch's
 default device "meta" (``check_device``, cluster/device.py), so a tensor a role makes without its
@@ -28,6 +28,7 @@ from data.synthetic import synthetic
 from engine import RunSettings, run
 from engine.report import read_rows
 from nodes.conditions import Conditions
+from nodes.transport import TRANSPORTS
 
 GOLDEN = Path(__file__).parent / "golden" / "runs.json"
 REL = 1e-6
@@ -75,7 +76,12 @@ def figures(summary: dict, rows: list[dict]) -> dict:
 
 
 def golden_run(
-    protocol: str, rounds: int, params: dict, out: Path, check_device: bool = True
+    protocol: str,
+    rounds: int,
+    params: dict,
+    out: Path,
+    check_device: bool = True,
+    transport: str = "calls",
 ) -> dict:
     settings = RunSettings(
         protocol=protocol,
@@ -86,8 +92,10 @@ def golden_run(
         progress=False,
         conditions=Conditions(snapshot_every=0),
         check_device=check_device,
+        transport=transport,
     )
     run_dir, summary = run(settings, dataset())
+    assert summary["transport"] == {"name": transport, "notes": []}
     rows = read_rows(run_dir)
     # honest traffic passes every receiver's check (cluster/validate.py): nothing is rejected
     assert summary.get("rejected", {}) == {}, (
@@ -116,11 +124,14 @@ def same(got, want, where: str) -> None:
         assert got == want, f"{where}: {got!r} vs {want!r}"
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_golden_run(case, ray_local, tmp_path):
+def test_golden_run(case, transport, ray_local, tmp_path):
+    """The same figures whichever transport carries the supersteps (nodes/transport.py)."""
     label, protocol, rounds, params = case
     want = json.loads(GOLDEN.read_text())[label]
-    got = json.loads(json.dumps(golden_run(protocol, rounds, params, tmp_path)))
+    got = golden_run(protocol, rounds, params, tmp_path, transport=transport)
+    got = json.loads(json.dumps(got))
     same(got, want, label)
 
 

@@ -1,4 +1,4 @@
-"""Recovery from a killed host, proven for every protocol and every host (issue 26): a small
+"""Recovery from a killed host, proven for every protocol and every host, over both transports: a small
 synthetic run of each built-in protocol (the runtime probes ``ping``/``echo`` aside), killed at
 each host it has, completes with the fault recorded and its metrics present.
 
@@ -42,6 +42,7 @@ for _label, _protocol, _rounds, _params in CASES:
     PARAMS.setdefault(_protocol, {k: v for k, v in _params.items() if k != "eval_every"})
 PARAMS["dipsgnn"]["epochs"] = ROUNDS  # σ is calibrated for its epochs: one a round
 CASES_KILL = [(p, h) for p in sorted(HOSTS) for h in range(HOSTS[p])]
+TRANSPORTS = ("calls", "channels")  # nodes/transport.py
 
 
 def test_every_builtin_protocol_is_covered():
@@ -53,13 +54,17 @@ def dataset():
     return synthetic(n_users=40, n_items=60, avg_interactions=12, seed=0)
 
 
-@pytest.mark.slow  # 27 runs, each starting its host actors: about 5 min on 2 cores (CI: -m slow)
+@pytest.mark.slow  # 2 × 27 runs, each starting its host actors: about 10 min on 2 cores (CI: -m slow)
 @pytest.mark.ray
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize(
     ("protocol", "host"), CASES_KILL, ids=[f"{p}-host{h}" for p, h in CASES_KILL]
 )
-def test_a_killed_host_is_replaced_and_the_run_completes(protocol, host, ray_local, tmp_path):
+def test_a_killed_host_is_replaced_and_the_run_completes(
+    protocol, host, transport, ray_local, tmp_path
+):
     settings = RunSettings(
+        transport=transport,
         protocol=protocol,
         rounds=ROUNDS,
         seed=0,
@@ -71,6 +76,8 @@ def test_a_killed_host_is_replaced_and_the_run_completes(protocol, host, ray_loc
     )
     run_dir, summary = run(settings, dataset())
     assert summary["host_actors"] == HOSTS[protocol]
+    if transport == "channels":  # the graph went down with its host and came back
+        assert any("graph rebuilt" in n for n in summary["transport"]["notes"]), summary
     (fault,) = summary["faults"]
     assert (fault["round"], fault["host"]) == (KILL_ROUND, host)
     assert "snapshot of round 0" in fault["recovery"]

@@ -184,6 +184,18 @@ def test_two_raylets_give_one_nodes_results_and_bytes(tmp_path, ray_local, capsy
             timeout=300,
         )
         assert two.returncode == 0, two.stderr[-3000:]
+        # the same over the channels of a compiled graph, whose hosts span both nodes
+        channels = subprocess.run(
+            [sys.executable, "launch.py", *RUN, "--address", head_address, "--gpus-per-host", "0.2"]
+            + ["--config", str(config), "--out", str(tmp_path / "channels")]
+            + ["--transport", "channels"],
+            cwd=ROOT,
+            env=cluster_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert channels.returncode == 0, channels.stderr[-3000:]
     finally:
         for node in reversed(nodes):
             node.stop()
@@ -208,6 +220,13 @@ def test_two_raylets_give_one_nodes_results_and_bytes(tmp_path, ray_local, capsy
     assert len(placed) == 5 and len({h["node_id"] for h in placed}) == 2, placed
     assert all(len(h["gpu_ids"]) == 1 and h["device"] == "cpu" for h in placed), placed
     assert all(h["gpu_ids"] == [] for h in one_summary["host_placement"])
+    ch_summary, _, ch_rows = _report(tmp_path / "channels")
+    for key in (*SAME_IN_SUMMARY, "bytes_crossed_nodes"):
+        assert ch_summary[key] == two_summary[key], key
+    for a, b in zip(two_rows, ch_rows):
+        assert {k: a[k] for k in SAME_IN_ROWS} == {k: b[k] for k in SAME_IN_ROWS}
+    assert len({h["node_id"] for h in ch_summary["host_placement"]}) == 2
+    assert ch_summary["transport"] == {"name": "channels", "notes": []}, ch_summary["transport"]
 
 
 def test_default_cpu_share_fits_every_host_on_small_nodes(monkeypatch):
