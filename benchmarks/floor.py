@@ -1,6 +1,7 @@
 """A floor for every protocol (issue 25): each protocol's training round through the real runtime
-(``engine.deploy`` + ``engine.rounds``: host actors, encoded message batches, Ray), beside its
-*floor* measured in the same command, round by round, interleaved:
+(``engine.deploy`` + ``engine.rounds``: host actors, encoded message batches, Ray), on each
+transport asked for, beside its *floor* measured in the same command, round by round,
+interleaved:
 
 * **in-process** — the same round run by the protocol's own driver (``run_round``) on the same
   node classes (their ``handle_batch``: local training, noise, payload encoding and decoding,
@@ -17,19 +18,42 @@ scheduling (a superstep's wall beyond its slowest host's compute and codecs) and
 (``begin_round``, the protocol's own code, ledger merging); and the top entries of a cProfile of
 one more round of each (not timed).
 
-    python -m benchmarks.floor --quick                  # synthetic, every protocol, < 2 minutes
+**Transports.** Every row runs on each of ``--transports`` (default ``calls channels``): actor
+calls (``calls``, ``Deployment(transport="calls")``) or a Ray compiled graph (``channels``). One
+deployment per host count and transport, all made before round 0 and driven round by round in
+turn (the floor, then each deployment), so load on the machine falls on all of them alike; each
+host asks for the CPU share that lets all of them be placed at once
+(``host_cpu_share(all their hosts)``, at most 1 CPU). What a transport had to say (a compiled
+graph not built, torn down or rebuilt, so that supersteps went over actor calls) is recorded
+(``transport_notes``) and shown in the row.
+
+**echo.** The rows ``echo-1000`` and ``echo-10000`` are the FedAvg echo of
+``benchmarks/vs_flower.py`` (``protocols/echo.py``) at 1,000 and 10,000 clients, with its privrec
+side's settings: a 10,000-float32 vector down to every client and back each round, placement
+``packed`` on 2 user hosts plus the server's host (``--hosts`` given: those). Echo reads no data
+(its users are a synthetic set's, as in vs_flower), so its rows run whatever ``--datasets`` says,
+once a command, under the dataset ``synthetic (echo)``. ``--quick`` runs ``echo-1000`` only.
+
+**Empty superstep.** The fixed cost of a superstep that carries nothing (:func:`empty_superstep`):
+3 host actors (packed, one node each) whose nodes do nothing (:class:`EmptyNode`), every node
+activated, ``--empty-steps`` supersteps (each its own round) timed by the driver after a warm-up:
+median and p90 in milliseconds, one row per transport.
+
+    python -m benchmarks.floor --quick                  # synthetic, every protocol, echo-1000
     python -m benchmarks.floor [--datasets ml-100k ciao] [--rounds 3] [--hosts 1 2]
-                               [--protocols fedmf dgrec] [--rounds-for dgrec=1]
+                               [--protocols fedmf dgrec echo-1000 echo-10000] [--rounds-for dgrec=1]
+                               [--transports calls channels] [--empty-steps 300]
 
 Round 0 (set-up: OPRF tokens, PSI, first expansion, neighbourhood sampling) is a warm-up, never
 timed; the figures are medians of rounds 1..R. Writes ``benchmarks/out/<name>.json`` (machine,
-date, command) and ``benchmarks/out/<name>.md`` (the table); prints the table. The name is
-``--name``, else ``floor-DATASETS[-quick]``; a recorded result (a file git tracks) is refused
-before anything runs unless ``--write`` is given.
+date, command) and ``benchmarks/out/<name>.md`` (the tables); prints the tables. The name is
+``--name``, else ``floor-DATASETS[-quick]`` (``floor-echo[-quick]`` when only echo rows run); a
+recorded result (a file git tracks) is refused before anything runs unless ``--write`` is given.
 """
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import io
 import os
@@ -60,6 +84,7 @@ from benchmarks.common import (
     writable,
     write_result,
 )
+from nodes.node import Node
 
 MODULE = "benchmarks.floor"
 
@@ -74,7 +99,20 @@ PROTOCOLS: dict[str, tuple[str, dict]] = {
     "dlgnn": ("dlgnn", {}),
     "verfedgnn": ("verfedgnn", {"psi_key_bits": 1024}),
     "dipsgnn": ("dipsgnn", {}),
+    # benchmarks/vs_flower.py's FedAvg echo (protocols/echo.py): a 10,000-float32 vector each way
+    "echo-1000": ("echo", {"dim": 10000}),
+    "echo-10000": ("echo", {"dim": 10000}),
 }
+# the echo rows: clients of each; they read no data (their users are a synthetic set's, as
+# vs_flower's), run once a command whatever --datasets says, under this dataset name, on
+# vs_flower's privrec placement (packed, 2 user hosts + the server's) unless --hosts is given
+ECHO_CLIENTS = {"echo-1000": 1000, "echo-10000": 10000}
+ECHO_DATASET = "synthetic (echo)"
+ECHO_HOSTS = 2
+QUICK_ECHO = ("echo-1000",)
+# the runtime's transports (nodes/deployment.py): actor calls, a Ray compiled graph
+TRANSPORTS = ("calls", "channels")
+EMPTY_HOSTS = 3  # the empty superstep's host actors
 # --quick: a small synthetic world, and parameters that fit it
 QUICK_DATA = {"n_users": 60, "n_items": 120, "avg_interactions": 12, "seed": 0}
 # the loading options of the sets as every other figure of RESULTS.md uses them: ciao as the >= 10
@@ -98,7 +136,7 @@ TARGET = 3.0
 # the order the protocols run in: those with the same number of host actors one after the other,
 # so that each deployment reuses the idle actors of the one before (cluster/runtime.py)
 RUN_ORDER = ("dmf", "dgrec", "dlgnn", "fedlightgcn", "fedpergnn-gat", "fedmf", "dipsgnn",
-             "verfedgnn")  # fmt: skip
+             "verfedgnn", "echo-1000", "echo-10000")  # fmt: skip
 
 
 # --- the floor's driver -----------------------------------------------------------------------
@@ -172,15 +210,10 @@ class InProcess:
         self.steps.append({"round": round_, "phase": phase, "wall": wall, "kernel": kernel})
         return StepResult(dict(reports), wall, kernel, 0.0)
 
-    def round_stats(self) -> dict:
-        return {
-            "sim_seconds": 0.0,
-            "dropped": [],
-            "late": 0,
-            "late_nodes": [],
-            "undelivered": 0,
-            "faults": [],
-        }
+    def round_stats(self):
+        from nodes.step import RoundStats
+
+        return RoundStats()  # no clock, nobody dropped or late, no fault
 
     def has_pending(self) -> bool:
         return any(self.pending.values())
@@ -228,6 +261,30 @@ def _make(label: str, dataset, params: dict, seed: int):
     return cls(dataset, build_config(cls.Config, {**base, **params}), seed)
 
 
+def echo_dataset(clients: int):
+    """The data of an echo row: a synthetic set that only names ``clients`` users (echo reads
+    nothing else from it), as benchmarks/vs_flower.py makes it."""
+    from data.synthetic import synthetic
+
+    return synthetic(n_users=clients, n_items=50, avg_interactions=2, seed=0)
+
+
+def _transport_kw(transport: str) -> dict:
+    """``transport=`` for ``deploy``/``Deployment``; nothing for ``calls`` (the default, which
+    a runtime without the keyword runs too)."""
+    return {} if transport == "calls" else {"transport": transport}
+
+
+def _host_share(specs, hosts: list[int], transports: list[str]) -> float:
+    """The CPU share of each host when one deployment per host count and transport stands at
+    once: ``host_cpu_share`` of all their hosts (at most 1 CPU each)."""
+    from cluster.runtime import host_cpu_share
+    from nodes.deployment import assign_hosts
+
+    total = sum(max(assign_hosts(specs, "packed", h)) + 1 for h in hosts) * len(transports)
+    return host_cpu_share(total)
+
+
 def _by_phase(steps: list[dict], rnds: set[int], key: str) -> dict[str, float]:
     """Median over the rounds ``rnds`` of each phase's summed ``key``."""
     per: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
@@ -237,43 +294,62 @@ def _by_phase(steps: list[dict], rnds: set[int], key: str) -> dict[str, float]:
     return {p: statistics.median(v.get(r, 0.0) for r in rnds) for p, v in per.items()}
 
 
+def _error(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
 def measure_protocol(
     label: str, dataset, *, params: dict, rounds: int, hosts: list[int], rate: float, seed: int,
-    profile_top: int,
+    profile_top: int, transports: list[str] = ("calls",),
 ) -> dict:  # fmt: skip
-    """Round 0 and ``rounds`` timed rounds of ``label`` in process and on each host count,
-    interleaved round by round; then one profiled round of each."""
+    """Round 0 and ``rounds`` timed rounds of ``label`` in process and on each host count and
+    transport, interleaved round by round; then one profiled round of each. A deployment that
+    fails (to start, or in a round) is recorded as that run's ``error``; the others go on."""
     from engine import deploy
     from engine.loop import rounds as round_loop
 
     floor_proto = _make(label, dataset, params, seed)
-    floor_dep = InProcess(
-        floor_proto.node_specs(), seed=floor_proto.seed, shared=floor_proto.shared()
-    )
+    specs = floor_proto.node_specs()
+    floor_dep = InProcess(specs, seed=floor_proto.seed, shared=floor_proto.shared())
     stop = rounds + 1 + (1 if profile_top else 0)
     loops = {"floor": round_loop(floor_proto, floor_dep, stop, eval_every=0, evaluate_last=False)}
-    deps = {"floor": floor_dep}
+    deps: dict = {"floor": floor_dep}
+    errors: dict = {}
+    runs = [(h, t) for h in hosts for t in transports]
+    share = _host_share(specs, hosts, transports)
     t0 = time.perf_counter()
-    for h in hosts:
-        proto = _make(label, dataset, params, seed)
-        deps[h] = deploy(proto, "packed", h)
-        loops[h] = round_loop(proto, deps[h], stop, eval_every=0, evaluate_last=False)
+    for key in runs:
+        h, t = key
+        try:
+            proto = _make(label, dataset, params, seed)
+            deps[key] = deploy(proto, "packed", h, cpus_per_host=share, **_transport_kw(t))
+        except Exception as e:  # e.g. a transport this runtime does not have
+            errors[key] = _error(e)
+            continue
+        loops[key] = round_loop(proto, deps[key], stop, eval_every=0, evaluate_last=False)
     setup = time.perf_counter() - t0
     seconds: dict = {k: [] for k in loops}
     losses: dict = {k: [] for k in loops}
     kernels: list[float] = []
     profiles: dict = {}
     try:
-        for t in range(stop):
-            profiled = profile_top and t == stop - 1
-            for key, loop in loops.items():
+        for r in range(stop):
+            profiled = profile_top and r == stop - 1
+            for key, loop in list(loops.items()):
                 k0 = floor_dep.kernel_seconds
-                if profiled:
-                    prof = cProfile.Profile()
-                    res = prof.runcall(next, loop)
-                    profiles[key] = _top(prof, profile_top)
+                try:
+                    if profiled:
+                        prof = cProfile.Profile()
+                        prof.runcall(next, loop)
+                        profiles[key] = _top(prof, profile_top)
+                        continue
+                    res = next(loop)
+                except Exception as e:
+                    if key == "floor":
+                        raise
+                    errors[key] = f"round {r}: {_error(e)}"
+                    del loops[key]
                     continue
-                res = next(loop)
                 seconds[key].append(res.seconds)
                 losses[key].append(res.train.get("loss"))
                 if key == "floor":
@@ -285,8 +361,9 @@ def measure_protocol(
         out = {
             "params": {**PROTOCOLS[label][1], **params},
             "rounds_timed": rounds,
-            "round0_seconds": {str(k): v[0] for k, v in seconds.items()},
+            "round0_seconds": {_key(k): v[0] for k, v in seconds.items() if v},
             "deploy_seconds": setup,
+            "cpus_per_host": share,
             "bytes_per_round": bytes_round,
             "memcpy_seconds": bytes_round / rate,
             "floor_inprocess_seconds": floor_round,
@@ -296,47 +373,131 @@ def measure_protocol(
             "floor_phase_seconds": _by_phase(floor_dep.steps, timed, "wall"),
             "losses_floor": losses["floor"],
             "profile_floor": profiles.get("floor", []),
-            "hosts": {},
+            "hosts": {},  # user hosts -> transport -> the real round's figures
         }
-        for h in hosts:
-            dep = deps[h]
-            steps = [s for s in dep.steps if s["round"] in timed]
-            per_round = statistics.median(seconds[h][1:])
-            n = len(timed)
-            wall = sum(s["wall"] for s in steps) / n
-            compute = sum(s["compute_max"] for s in steps) / n
-            codec = sum(s["codec_max"] for s in steps) / n
-            gap = per_round - floor
-            real_bytes = statistics.median(dep.ledger.total(round_=t) for t in timed)
-            out["hosts"][str(h)] = {
-                "n_hosts": dep.n_hosts,
-                "cpus_per_host": dep.cpus_per_host,
-                "round_seconds": per_round,
-                "round_all": seconds[h],
-                "ratio": per_round / floor,
-                "losses": losses[h],
-                "same_losses": _close(losses[h], losses["floor"]),
-                "bytes_per_round": real_bytes,
-                "same_bytes": real_bytes == bytes_round,
-                "crossed_bytes_per_round": statistics.median(
-                    dep.ledger.crossed_total(round_=t) for t in timed
-                ),
-                # where the round's seconds go (means over the timed rounds)
-                "supersteps_wall": wall,
-                "hosts_compute": compute,
-                "hosts_codec": codec,
-                "transport_scheduling": wall - compute - codec,
-                "driver": per_round - wall,
-                "gap": gap,
-                "gap_compute": compute - out["floor_kernel_seconds"],
-                "phase_seconds": _by_phase(dep.steps, timed, "wall"),
-                "profile_driver": profiles.get(h, []),
-            }
+        if label in ECHO_CLIENTS:
+            out["clients"] = ECHO_CLIENTS[label]
+        for key in runs:
+            h, t = key
+            by_t = out["hosts"].setdefault(str(h), {})
+            if key in errors:
+                by_t[t] = {"transport": t, "error": errors[key]}
+                continue
+            by_t[t] = _run_figures(deps[key], t, timed, seconds[key], losses, key, out)
+            by_t[t]["profile_driver"] = profiles.get(key, [])
         return out
     finally:
-        for h in hosts:
-            if h in deps:
-                deps[h].close()
+        for key in runs:
+            if key in deps:
+                deps[key].close()
+
+
+def _key(key) -> str:
+    """A run's key in the JSON: ``floor``, or ``HOSTS/TRANSPORT``."""
+    return key if isinstance(key, str) else f"{key[0]}/{key[1]}"
+
+
+def _run_figures(dep, transport: str, timed: set[int], seconds, losses, key, fig) -> dict:
+    """One real deployment's round against the floor ``fig``, and where its seconds go."""
+    steps = [s for s in dep.steps if s["round"] in timed]
+    per_round = statistics.median(seconds[1:])
+    n = len(timed)
+    wall = sum(s["wall"] for s in steps) / n
+    compute = sum(s["compute_max"] for s in steps) / n
+    codec = sum(s["codec_max"] for s in steps) / n
+    real_bytes = statistics.median(dep.ledger.total(round_=t) for t in timed)
+    return {
+        "transport": transport,
+        "n_hosts": dep.n_hosts,
+        "cpus_per_host": dep.cpus_per_host,
+        "round_seconds": per_round,
+        "round_all": seconds,
+        "ratio": per_round / fig["floor_seconds"],
+        "losses": losses[key],
+        "same_losses": _close(losses[key], losses["floor"]),
+        "bytes_per_round": real_bytes,
+        "same_bytes": real_bytes == fig["bytes_per_round"],
+        "crossed_bytes_per_round": statistics.median(
+            dep.ledger.crossed_total(round_=t) for t in timed
+        ),
+        # where the round's seconds go (means over the timed rounds)
+        "supersteps_wall": wall,
+        "hosts_compute": compute,
+        "hosts_codec": codec,
+        "transport_scheduling": wall - compute - codec,
+        "driver": per_round - wall,
+        "gap": per_round - fig["floor_seconds"],
+        "gap_compute": compute - fig["floor_kernel_seconds"],
+        "phase_seconds": _by_phase(dep.steps, timed, "wall"),
+        **_transport_record(dep),
+    }
+
+
+def _transport_record(dep) -> dict:
+    """What the deployment's transport had to say (a compiled graph not built, torn down or
+    rebuilt: the supersteps that went over actor calls instead), and its graph's compile time."""
+    summary = dep.transport_summary() if hasattr(dep, "transport_summary") else {}
+    return {
+        "transport_notes": summary.get("notes", []),
+        "compile_seconds": getattr(getattr(dep, "transport", None), "compile_seconds", None),
+    }
+
+
+# --- the empty superstep ------------------------------------------------------------------------
+class EmptyNode(Node):
+    """A participant that does nothing: activated, its handler receives nothing and sends
+    nothing (the nodes of :func:`empty_superstep`)."""
+
+    role = "user"
+    ACCEPTS: dict = {}
+
+    def handle(self, phase: str, inbox) -> None:
+        pass
+
+
+def empty_superstep(
+    hosts: int = EMPTY_HOSTS, transport: str = "calls", steps: int = 300, warmup: int = 20
+) -> dict:
+    """The fixed cost of a superstep that carries nothing: ``hosts`` host actors (packed, one
+    :class:`EmptyNode` each) on ``transport``; ``warmup`` supersteps, then ``steps`` timed ones
+    (the driver's clock around ``dep.superstep(r, "train", activate=every node)``, each
+    superstep its own round ``r``). Median, p90, min and max in milliseconds. Ray must be
+    started or joined already."""
+    from cluster.message import node_id
+    from nodes.deployment import Deployment, NodeSpec
+
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    specs = [NodeSpec(EmptyNode, node_id("user", i), packable=True) for i in range(hosts)]
+    nids = [s.nid for s in specs]
+    t0 = time.perf_counter()
+    dep = Deployment(specs, seed=0, placement="packed", hosts=hosts, **_transport_kw(transport))
+    setup = time.perf_counter() - t0
+    times = []
+    try:
+        for r in range(warmup + steps):
+            t1 = time.perf_counter()
+            dep.superstep(r, "train", activate=nids)
+            if r >= warmup:
+                times.append(time.perf_counter() - t1)
+        n_hosts, cpus, said = dep.n_hosts, dep.cpus_per_host, _transport_record(dep)
+    finally:
+        dep.close()
+    ms = np.array(times) * 1e3
+    return {
+        "transport": transport,
+        "hosts": n_hosts,
+        "nodes": len(specs),
+        "cpus_per_host": cpus,
+        "steps": steps,
+        "warmup": warmup,
+        "deploy_seconds": setup,
+        "median_ms": float(np.median(ms)),
+        "p90_ms": float(np.percentile(ms, 90)),
+        "min_ms": float(ms.min()),
+        "max_ms": float(ms.max()),
+        **said,
+    }
 
 
 def _close(a: list, b: list, tol: float = 1e-4) -> bool:
@@ -364,27 +525,69 @@ def where(fig: dict, h: dict) -> str:
     excess = {p: s - floor_ph.get(p, 0.0) for p, s in h["phase_seconds"].items()}
     if excess:
         p = max(excess, key=excess.get)
-        text += f"; worst phase {p} {h['phase_seconds'][p]:.2f} vs {floor_ph.get(p, 0.0):.2f} s"
+        text += "; " if text else ""
+        text += f"worst phase {p} {h['phase_seconds'][p]:.2f} vs {floor_ph.get(p, 0.0):.2f} s"
+    notes = h.get("transport_notes") or []
+    if notes:  # e.g. no compiled graph: the row's supersteps went (partly) over actor calls
+        text += ("; " if text else "") + f"transport: {notes[0]}"
+        text += f" (+{len(notes) - 1} more)" if len(notes) > 1 else ""
     return text or "—"
 
 
 def table(results: dict) -> tuple[list[str], list[list[str]]]:
-    header = ["protocol", "dataset", "hosts", "round s", "floor s", "ratio", "MB/round",
-              "where the rest goes (s per round)"]  # fmt: skip
+    header = ["protocol", "dataset", "hosts", "transport", "round s", "floor s", "ratio",
+              "MB/round", "where the rest goes (s per round)"]  # fmt: skip
     rows = []
     for ds, protos in results.items():
         for label, fig in protos.items():
             if "error" in fig:
-                rows.append([label, ds, "", "", "", "", "", f"failed: {fig['error']}"])
+                rows.append([label, ds, "", "", "", "", "", "", f"failed: {fig['error']}"])
                 continue
-            for hk, h in fig["hosts"].items():
-                mark = "" if h["ratio"] <= TARGET else " ✗"
-                rows.append([
-                    label, ds, f"{hk} (+{h['n_hosts'] - int(hk)})", f"{h['round_seconds']:.3f}",
-                    f"{fig['floor_seconds']:.3f}", f"{h['ratio']:.2f}{mark}",
-                    f"{fig['bytes_per_round'] / 1e6:.2f}", where(fig, h),
-                ])  # fmt: skip
+            for hk, by_t in fig["hosts"].items():
+                for t, h in by_t.items():
+                    if "error" in h:
+                        rows.append([label, ds, hk, t, "", f"{fig['floor_seconds']:.3f}", "",
+                                     "", f"failed: {h['error']}"])  # fmt: skip
+                        continue
+                    mark = "" if h["ratio"] <= TARGET else " ✗"
+                    rows.append([
+                        label, ds, f"{hk} (+{h['n_hosts'] - int(hk)})", t,
+                        f"{h['round_seconds']:.3f}", f"{fig['floor_seconds']:.3f}",
+                        f"{h['ratio']:.2f}{mark}", f"{fig['bytes_per_round'] / 1e6:.2f}",
+                        where(fig, h),
+                    ])  # fmt: skip
     return header, rows
+
+
+EMPTY_TITLE = f"empty superstep over {EMPTY_HOSTS} hosts"
+
+
+def empty_table(empty: dict) -> tuple[list[str], list[list[str]]]:
+    """The empty superstep's rows, one per transport."""
+    header = ["transport", "hosts", "steps", "median ms", "p90 ms", "transport notes"]
+    rows = []
+    for t, e in empty.items():
+        if "error" in e:
+            rows.append([t, "", "", "", "", f"failed: {e['error']}"])
+        else:
+            rows.append([t, str(e["hosts"]), str(e["steps"]), f"{e['median_ms']:.2f}",
+                         f"{e['p90_ms']:.2f}", "; ".join(e.get("transport_notes", []))])  # fmt: skip
+    return header, rows
+
+
+def _notes(results: dict, empty: dict) -> list[str]:
+    notes = []
+    if ECHO_DATASET in results:
+        notes.append(
+            f"{ECHO_DATASET}: benchmarks/vs_flower.py's FedAvg echo, synthetic (no dataset): "
+            "N clients, a 10,000-float32 vector down to each and back per round"
+        )
+    if empty:
+        notes.append(
+            f"{EMPTY_TITLE}: packed, one node each that sends nothing, every node activated; "
+            "the driver's wall per superstep after a warm-up"
+        )
+    return notes
 
 
 def markdown(header, rows) -> str:
@@ -393,37 +596,95 @@ def markdown(header, rows) -> str:
     return "\n".join(lines)
 
 
-def save(args, results: dict, rate: float):
+def document(results: dict, empty: dict) -> str:
+    """The markdown file: the table, the empty superstep's table, the notes."""
+    parts = [markdown(*table(results))]
+    if empty:
+        parts.append(f"**{EMPTY_TITLE}**\n\n" + markdown(*empty_table(empty)))
+    parts += [f"_{n}_" for n in _notes(results, empty)]
+    return "\n\n".join(parts) + "\n"
+
+
+def printed(results: dict, empty: dict) -> str:
+    """The terminal's form of :func:`document`."""
+    parts = [text_table(*table(results))]
+    if empty:
+        parts.append(f"{EMPTY_TITLE}\n" + text_table(*empty_table(empty)))
+    return "\n\n".join([*parts, *_notes(results, empty)])
+
+
+def save(args, results: dict, rate: float, empty: dict):
     """Write ``out/<name>.json`` and ``out/<name>.md`` with the results so far."""
-    header, rows = table(results)
     figures = {
         "memcpy_bytes_per_second": rate,
         "floor_torch_threads": args.threads,
         "target_ratio": TARGET,
         "quick": args.quick,
-        "quick_data": QUICK_DATA if args.quick else None,
-        "dataset_options": {d: DATASET_OPTIONS.get(d, {}) for d in results},
+        "quick_data": QUICK_DATA if args.quick and args.datasets else None,
+        "dataset_options": {d: DATASET_OPTIONS.get(d, {}) for d in results if d != ECHO_DATASET},
+        "transports": args.transports,
+        "echo": {
+            "workload": "benchmarks/vs_flower.py's FedAvg echo (protocols/echo.py), synthetic: "
+            "no dataset; a 10,000-float32 vector down to every client and back each round",
+            "clients": {k: ECHO_CLIENTS[k] for k in args.protocols if k in ECHO_CLIENTS},
+            "placement": "packed",
+            "hosts": args.echo_hosts,
+        },
+        "empty_superstep": empty,  # transport -> median/p90 ms of an empty superstep
         "results": results,
     }
     path = write_result(args.name, figures, echo=False, write=args.write)
     md = writable(path.with_suffix(".md"), args.write)
-    md.write_text(markdown(header, rows) + "\n")
-    return path, md, (header, rows)
+    md.write_text(document(results, empty))
+    return path, md
 
 
 # --- the command ------------------------------------------------------------------------------
-def body(argv) -> int:
+def _unique(values: list[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def parse(argv) -> argparse.Namespace:
+    """The command line, checked and resolved: ``protocols`` (the default: every protocol and
+    both echo rows; ``--quick``: ``echo-1000`` only), ``transports`` (duplicates dropped),
+    ``datasets`` (none when only echo rows run: echo reads no data), ``rounds``, ``hosts`` and
+    ``echo_hosts``, ``rounds_for``, ``overrides`` and ``name``. Touches no file and no data."""
     ap = ArgumentParser(MODULE, __doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="synthetic data, 1 timed round each")
     ap.add_argument("--datasets", nargs="+", default=None, help="default ml-100k ciao")
-    ap.add_argument("--protocols", nargs="+", default=list(PROTOCOLS), choices=list(PROTOCOLS))
+    ap.add_argument(
+        "--protocols",
+        nargs="+",
+        default=None,
+        choices=list(PROTOCOLS),
+        help="default: all (--quick: echo-1000, not echo-10000)",
+    )
+    ap.add_argument(
+        "--transports",
+        nargs="+",
+        default=list(TRANSPORTS),
+        choices=list(TRANSPORTS),
+        help="the runtime's transports, each row on each (default: calls channels)",
+    )
     ap.add_argument("--rounds", type=int, default=None, help="timed rounds (default 3; quick 1)")
     ap.add_argument(
         "--rounds-for", nargs="*", default=[], metavar="P=N", help="timed rounds of one protocol"
     )
-    ap.add_argument("--hosts", type=int, nargs="+", default=[1], help="user hosts (default 1)")
+    ap.add_argument(
+        "--hosts",
+        type=int,
+        nargs="+",
+        default=None,
+        help=f"user hosts (default 1; echo {ECHO_HOSTS}, as benchmarks/vs_flower.py)",
+    )
     ap.add_argument("--set", nargs="*", default=[], metavar="P.KEY=V", help="a protocol parameter")
     ap.add_argument("--profile-top", type=int, default=5, help="profile entries kept (0: none)")
+    ap.add_argument(
+        "--empty-steps",
+        type=int,
+        default=300,
+        help=f"timed supersteps of the {EMPTY_TITLE} per transport (default 300; 0: none)",
+    )
     ap.add_argument(
         "--floor-threads",
         type=int,
@@ -435,21 +696,41 @@ def body(argv) -> int:
     ap.add_argument("--name", default=None, help="JSON name (default floor-DATASETS[-quick])")
     ap.add_argument("--write", action="store_true", help=WRITE_HELP)
     args = ap.parse_args(argv)
-    rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)
-    if rounds < 1:
+    args.rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)
+    if args.rounds < 1:
         raise UsageError("--rounds must be >= 1")
-    rounds_for = parse_key_values(args.rounds_for, "--rounds-for")
-    for k in rounds_for:
+    if args.empty_steps < 0:
+        raise UsageError("--empty-steps must be >= 0")
+    if args.hosts is not None and min(args.hosts) < 1:
+        raise UsageError("--hosts must be >= 1")
+    args.rounds_for = parse_key_values(args.rounds_for, "--rounds-for")
+    for k in args.rounds_for:
         if k not in PROTOCOLS:
             raise UsageError(f"--rounds-for {k}: unknown protocol (known: {', '.join(PROTOCOLS)})")
-    overrides = defaultdict(
+    args.overrides = defaultdict(
         dict, scoped_key_values(args.set, "--set", "expected PROTOCOL.KEY=VALUE", PROTOCOLS)
     )
-    datasets = args.datasets or (["synthetic"] if args.quick else ["ml-100k", "ciao"])
-    for ds in datasets:
+    if args.protocols is None:
+        args.protocols = [p for p in PROTOCOLS if not args.quick or p not in ECHO_CLIENTS]
+        args.protocols += list(QUICK_ECHO if args.quick else ())
+    args.protocols = _unique(args.protocols)
+    args.transports = _unique(args.transports)
+    args.echo_hosts = args.hosts or [ECHO_HOSTS]
+    args.hosts = args.hosts or [1]
+    if any(p not in ECHO_CLIENTS for p in args.protocols):
+        args.datasets = args.datasets or (["synthetic"] if args.quick else ["ml-100k", "ciao"])
+    else:  # echo rows only: no data
+        args.datasets = []
+    tags = list(map(dataset_tag, args.datasets)) or ["echo"]
+    args.name = args.name or result_name("floor", *tags, quick=args.quick)
+    return args
+
+
+def body(argv) -> int:
+    args = parse(argv)
+    for ds in args.datasets:
         if ds != "synthetic":
             check_dataset(ds, args.data_dir, "--datasets")
-    args.name = args.name or result_name("floor", *map(dataset_tag, datasets), quick=args.quick)
     claim_result(args.name, write=args.write, suffixes=(".json", ".md"))
 
     import torch
@@ -462,46 +743,79 @@ def body(argv) -> int:
     print(f"memcpy: {rate / 1e9:.2f} GB/s; floor torch threads: {torch.get_num_threads()}")
     start_or_join(None)
     results: dict[str, dict] = {}
+    empty: dict[str, dict] = {}
     args.threads = torch.get_num_threads()
-    for ds_name in datasets:
-        with usage_errors(f"--datasets {ds_name}"):
-            if ds_name == "synthetic":
-                ds = load_dataset("synthetic", **QUICK_DATA)
-            else:
-                ds = load_dataset(
-                    ds_name, data_dir=args.data_dir, **DATASET_OPTIONS.get(ds_name, {})
-                )
+    if args.empty_steps:
+        for t in args.transports:
+            try:
+                empty[t] = empty_superstep(EMPTY_HOSTS, t, args.empty_steps)
+                said = f"median {empty[t]['median_ms']:.2f} ms, p90 {empty[t]['p90_ms']:.2f} ms"
+            except Exception as e:
+                empty[t] = {"transport": t, "error": _error(e)}
+                said = empty[t]["error"]
+            print(f"{EMPTY_TITLE}, {t}: {said}", flush=True)
+        save(args, results, rate, empty)
+    labels = sorted(args.protocols, key=RUN_ORDER.index)
+    plan = [(ds, [p for p in labels if p not in ECHO_CLIENTS]) for ds in args.datasets]
+    plan.append((ECHO_DATASET, [p for p in labels if p in ECHO_CLIENTS]))
+    for ds_name, protos in plan:
+        if not protos:
+            continue
+        ds = None  # echo: each row makes its own (echo_dataset)
+        if ds_name != ECHO_DATASET:
+            with usage_errors(f"--datasets {ds_name}"):
+                if ds_name == "synthetic":
+                    ds = load_dataset("synthetic", **QUICK_DATA)
+                else:
+                    ds = load_dataset(
+                        ds_name, data_dir=args.data_dir, **DATASET_OPTIONS.get(ds_name, {})
+                    )
         results[ds_name] = {}
-        for label in sorted(args.protocols, key=RUN_ORDER.index):
+        for label in protos:
             params = {
-                **(QUICK_PARAMS[label] if args.quick else {}),
+                **(QUICK_PARAMS.get(label, {}) if args.quick else {}),
                 **DATASET_PARAMS.get(ds_name, {}).get(label, {}),
-                **overrides[label],
+                **args.overrides[label],
             }
+            echo = label in ECHO_CLIENTS
             t0 = time.perf_counter()
             try:
                 fig = measure_protocol(
-                    label, ds, params=params, rounds=int(rounds_for.get(label, rounds)),
-                    hosts=args.hosts, rate=rate, seed=args.seed, profile_top=args.profile_top,
+                    label, echo_dataset(ECHO_CLIENTS[label]) if echo else ds, params=params,
+                    rounds=int(args.rounds_for.get(label, args.rounds)),
+                    hosts=args.echo_hosts if echo else args.hosts, rate=rate, seed=args.seed,
+                    profile_top=args.profile_top, transports=args.transports,
                 )  # fmt: skip
             except Exception as e:  # one protocol's failure must not lose the others' figures
-                fig = {"error": f"{type(e).__name__}: {e}"}
+                fig = {"error": _error(e)}
             fig["wall_seconds"] = time.perf_counter() - t0
             results[ds_name][label] = fig
-            summary = (
-                fig.get("error")
-                or ", ".join(
-                    f"{hk} host(s) {h['round_seconds']:.3f} s" for hk, h in fig["hosts"].items()
-                )
-                + f" | floor {fig['floor_seconds']:.3f} s"
-            )
-            print(f"{ds_name} {label}: {summary} ({fig['wall_seconds']:.0f} s)", flush=True)
-            save(args, results, rate)  # after every protocol: a long run keeps what it measured
+            print(f"{ds_name} {label}: {_summary(fig)} ({fig['wall_seconds']:.0f} s)", flush=True)
+            save(args, results, rate, empty)  # after every protocol: a long run keeps what it has
         results[ds_name] = {k: results[ds_name][k] for k in PROTOCOLS if k in results[ds_name]}
-    path, md, (header, rows) = save(args, results, rate)
-    print(text_table(header, rows))
+    path, md = save(args, results, rate, empty)
+    print(printed(results, empty))
     print(f"wrote {shown_path(path)} and {shown_path(md)}")
-    return 1 if any("error" in f for p in results.values() for f in p.values()) else 0
+    failed = any("error" in f for p in results.values() for f in p.values())
+    failed |= any(
+        "error" in run
+        for p in results.values()
+        for f in p.values()
+        for by_t in f.get("hosts", {}).values()
+        for run in by_t.values()
+    )
+    return 1 if failed or any("error" in e for e in empty.values()) else 0
+
+
+def _summary(fig: dict) -> str:
+    if "error" in fig:
+        return fig["error"]
+    runs = [
+        f"{hk} host(s) {t} " + (f"{h['round_seconds']:.3f} s" if "error" not in h else "failed")
+        for hk, by_t in fig["hosts"].items()
+        for t, h in by_t.items()
+    ]
+    return ", ".join(runs) + f" | floor {fig['floor_seconds']:.3f} s"
 
 
 def main(argv=None) -> int:
