@@ -306,6 +306,19 @@ def _put_batches(parts: dict[int, list]) -> dict:
 
 
 _PARTS_FROM, _PARTS_PAYLOAD = 64 << 20, 16 << 10  # a batch goes as its parts (_put_batches)
+# over a compiled graph, a batch of this many bytes goes through the object store, its reference
+# through the channel: read in place there, where a channel copies it in and out
+_BY_STORE_FROM = 1 << 20
+
+
+def _resolved(batches: list) -> list:
+    """``batches`` with each object reference (a large batch a compiled graph delivered) read from
+    the object store, in place."""
+    refs = [b for b in batches if isinstance(b, ray.ObjectRef)]
+    if not refs:
+        return batches
+    got = iter(ray.get(refs))
+    return [next(got) if isinstance(b, ray.ObjectRef) else b for b in batches]
 
 
 class Host:
@@ -351,6 +364,7 @@ class Host:
         self._mail: dict[int, object] = {}  # source host -> the batch it sent (a compiled graph's)
         # (superstep, its outcome, its batches not yet delivered): the answer to give if asked again
         self._answered: tuple | None = None
+        self._kept_refs: list[list] = [[], []]  # batches put in the store over a graph
         self._in_place: frozenset[str] | None = None  # nodes whose class READS_IN_PLACE
         # ((round, training?), participants that ran a handler in it): the share that failed
         self._ran: tuple = (None, set())
@@ -482,7 +496,12 @@ class Host:
         for each host in order (None where there is none); the graph carries each batch to its
         host's :meth:`deliver`."""
         outcome, parts = self._superstep(orders[self.index], ())
-        return (outcome, *(parts.get(h) for h in range(len(orders))))
+        big = {h: p for h, p in parts.items() if batch_size(p) >= _BY_STORE_FROM}
+        refs = _put_batches(big) if big else {}
+        # this host owns what it put: kept until the superstep after next, when every receiver
+        # has read it (the driver waits for each superstep's every stage before the next)
+        self._kept_refs = [self._kept_refs[-1], list(refs.values())]
+        return (outcome, *(refs.get(h, parts.get(h)) for h in range(len(orders))))
 
     def deliver(self, *batches) -> int:
         """The second stage: keep the batch each host sent here (by source host; None where
@@ -496,7 +515,8 @@ class Host:
     def held_mail(self) -> list[tuple[int, bytes]]:
         """The batches this host holds for its next superstep, by source host, joined (what a
         checkpoint stores)."""
-        return [(src, join_batch(b)) for src, b in sorted(self._mail.items())]
+        held = sorted(self._mail.items())
+        return [(src, join_batch(b)) for (src, _), b in zip(held, _resolved([b for _, b in held]))]
 
     def _superstep(self, order: StepOrder, batches) -> tuple[StepOutcome, dict[int, list]]:
         """The superstep ``order`` asks for, in its stages: :meth:`_take_mail`,
@@ -533,6 +553,7 @@ class Host:
         """Stage 1: the batches to deliver: those held (less those from hosts in
         ``order.drop_sources``, which died since they sent them) and those passed in."""
         held = [b for src, b in sorted(self._mail.items()) if src not in order.drop_sources]
+        held = _resolved(held)  # (raises ObjectLostError, mail kept, where a sender died)
         self._mail = {}
         return held + list(batches)
 

@@ -168,3 +168,35 @@ def test_a_graph_that_cannot_be_compiled_falls_back_to_actor_calls_and_says_so()
 
     assert not t._build([NotAnActor()])
     assert t._broken and "no compiled graph on this cluster" in t.notes[0], t.notes
+
+
+@pytest.mark.ray
+def test_large_batches_go_through_the_store_over_channels_and_survive_a_killed_host(ray_local):
+    """Batches of 1 MiB and more travel over a graph as object references (nodes/host.py
+    ``_BY_STORE_FROM``): echo's 20 users of a host upload 20 × 80 kB a round. With a user host
+    killed mid-run (its batches from the superstep before lost with it, as over actor calls),
+    every round's figures, bytes and the server's vector are those of actor calls."""
+    from engine import deploy
+    from engine.loop import rounds
+    from protocols.base import build_config
+    from protocols.echo import SERVER, Echo
+
+    data = synthetic(n_users=40, n_items=50, avg_interactions=2, seed=0)
+    out = {}
+    for t in TRANSPORTS:
+        protocol = Echo(data, build_config(Echo.Config, {"dim": 20_000}), 0)
+        kill = Conditions(kill_hosts=((2, 0),), snapshot_every=1, **EXACT_CLOCK)
+        dep = deploy(protocol, "packed", 2, conditions=kill, transport=t)
+        try:
+            per_round = [
+                (r.train, r.stats.sim_seconds, _without_seconds(r.stats.faults))
+                for r in rounds(protocol, dep, 4, eval_every=0, evaluate_last=False)
+            ]
+            crossed = dep.ledger.crossed_total(round_=1)
+            out[t] = (per_round, dep.ledger.rows(), dep.call(SERVER, "get_vector").tobytes())
+            notes = dep.transport_summary()["notes"]
+        finally:
+            dep.close()
+    assert crossed > 2 * 20 * 80_000  # both user hosts' uploads: over the 1 MiB line
+    assert any("graph rebuilt" in n for n in notes), notes
+    assert out["channels"] == out["calls"]
