@@ -490,27 +490,30 @@ class Host:
             self._answered = (order.seq, outcome, {})  # the store holds the batches now
         return outcome
 
-    def graph_step(self, orders: tuple[StepOrder, ...]) -> tuple:
+    def graph_step(self, orders: tuple[StepOrder, ...]) -> StepOutcome | tuple:
         """The first stage of a superstep over a compiled graph (nodes/transport.py
-        ``Channels``): run this host's order of ``orders``. Returns the outcome, then the batch
-        for each host in order (None where there is none); the graph carries each batch to its
-        host's :meth:`deliver`."""
+        ``Channels``): run this host's order of ``orders``. Alone in the graph, it returns its
+        outcome; else the batch for each host in order (None where there is none), which the
+        graph carries to that host's :meth:`deliver`, and the outcome waits for its own."""
         outcome, parts = self._superstep(orders[self.index], ())
+        if len(orders) == 1:
+            return outcome
         big = {h: p for h, p in parts.items() if batch_size(p) >= _BY_STORE_FROM}
         refs = _put_batches(big) if big else {}
         # this host owns what it put: kept until the superstep after next, when every receiver
         # has read it (the driver waits for each superstep's every stage before the next)
         self._kept_refs = [self._kept_refs[-1], list(refs.values())]
-        return (outcome, *(refs.get(h, parts.get(h)) for h in range(len(orders))))
+        return tuple(refs.get(h, parts.get(h)) for h in range(len(orders)))
 
-    def deliver(self, *batches) -> int:
+    def deliver(self, *batches) -> StepOutcome:
         """The second stage: keep the batch each host sent here (by source host; None where
-        none) for the next superstep. Returns how many this host holds."""
+        none) for the next superstep. Returns this host's outcome of the superstep."""
         for src, batch in enumerate(batches):
             if batch is not None:
                 self._mail[src] = batch
-        self._answered = self._answered and (self._answered[0], self._answered[1], {})
-        return len(self._mail)
+        seq, outcome, _ = self._answered
+        self._answered = (seq, outcome, {})  # delivered: a superstep asked again sends nothing
+        return outcome
 
     def held_mail(self) -> list[tuple[int, bytes]]:
         """The batches this host holds for its next superstep, by source host, joined (what a

@@ -7,8 +7,8 @@ Two transports carry the same contract (nodes/step.py) and give the same results
   batches there and answers with their references.
 * :class:`Channels` (``channels``): a Ray compiled graph of the host actors, built once per
   deployment: every execution carries the orders to the hosts (``graph_step``), each host's batch
-  for each other host straight to that host (``deliver``, which keeps it for the next superstep)
-  and the outcomes back, through channels set up at compile time (shared memory between processes
+  for each other host straight to that host (``deliver``, which keeps it for the next superstep
+  and answers the host's outcome) and the outcomes back, through channels set up at compile time (shared memory between processes
   of one machine) instead of an actor task, an object-store entry and a driver round trip each.
   Where the graph cannot serve — a host died (it is torn down, the superstep runs over actor
   calls, which replace the host, and the graph is built again over the new actors), the driver
@@ -82,8 +82,8 @@ class ActorCalls:
 
 class Channels:
     """A superstep as one execution of a compiled graph of the host actors: every host runs
-    ``graph_step`` on the orders and returns its outcome and one batch per host; each host's
-    ``deliver`` receives the batches addressed to it."""
+    ``graph_step`` on the orders and returns one batch per host; each host's ``deliver``
+    receives the batches addressed to it and answers the host's outcome."""
 
     name = "channels"
     # a graph's executions run on a thread of their own in each host, beside its actor calls: the
@@ -118,8 +118,7 @@ class Channels:
             self.invalidate(f"an execution failed ({type(e).__name__})")
             self._calls_next = 0
             return self._calls.run(hosts, orders, pending)
-        n = len(orders)
-        return Answers(outcomes=dict(enumerate(values[:n])))
+        return Answers(outcomes=dict(enumerate(values)))
 
     def _build(self, hosts: list) -> bool:
         """Compile the graph over ``hosts``; False (and actor calls from now on) where Ray
@@ -131,11 +130,15 @@ class Channels:
         t0 = time.perf_counter()
         try:
             with InputNode() as orders:
-                steps = [h.graph_step.options(num_returns=n + 1).bind(orders) for h in hosts]
-                delivered = [
-                    hosts[d].deliver.bind(*[steps[s][1 + d] for s in range(n)]) for d in range(n)
-                ]
-                dag = MultiOutputNode([s[0] for s in steps] + delivered)
+                if n == 1:  # no batch to carry: the host answers its outcome
+                    dag = MultiOutputNode([hosts[0].graph_step.bind(orders)])
+                else:
+                    steps = [h.graph_step.options(num_returns=n).bind(orders) for h in hosts]
+                    # host d's deliver takes every host's batch for d (after its own step) and
+                    # answers d's outcome
+                    dag = MultiOutputNode(
+                        [hosts[d].deliver.bind(*[s[d] for s in steps]) for d in range(n)]
+                    )
             self._graph = dag.experimental_compile(_submit_timeout=-1)
         except Exception as e:  # noqa: BLE001 — any reason the graph cannot be built here
             self._broken = True

@@ -74,7 +74,9 @@ def test_the_host_speaks_typed_records_only():
     for method, first in ((Host.step, "order"), (Host.graph_step, "orders")):
         hints = typing.get_type_hints(method)
         params = list(inspect.signature(method).parameters)
-        assert params[:2] == ["self", first] and hints["return"] in (StepOutcome, tuple)
+        assert params[:2] == ["self", first]
+        assert hints["return"] in (StepOutcome, StepOutcome | tuple), hints["return"]
+    assert typing.get_type_hints(Host.deliver)["return"] is StepOutcome
     assert typing.get_type_hints(Host.step)["order"] is StepOrder
     assert typing.get_type_hints(Host.graph_step)["orders"] == tuple[StepOrder, ...]
     for cls in (StepOrder, StepOutcome, RoundStats):
