@@ -16,6 +16,22 @@ from dataclasses import dataclass, field
 LedgerKey = tuple[int, str, str, str, str]  # (round, phase, kind, src_role, dst_role)
 
 
+@dataclass(frozen=True)
+class LedgerDelta:
+    """A ledger's entries as plain lists (:meth:`Ledger.export`): what a host sends the driver
+    after a superstep, and what a checkpoint keeps.
+
+    Attributes:
+        logical: (key, (bytes, messages)) per :data:`LedgerKey`.
+        crossed: ((round, phase), bytes) that travelled between host processes.
+        crossed_nodes: ((round, phase), bytes) of those that travelled between Ray nodes.
+    """
+
+    logical: list[tuple[LedgerKey, tuple[int, int]]]
+    crossed: list[tuple[tuple[int, str], int]]
+    crossed_nodes: list[tuple[tuple[int, str], int]]
+
+
 def is_eval_phase(phase: str) -> bool:
     return phase.startswith("eval")
 
@@ -37,21 +53,23 @@ class Ledger:
     def record_crossed_nodes(self, round_: int, phase: str, nbytes: int) -> None:
         self.crossed_nodes[(round_, phase)] += nbytes
 
-    def merge(self, other: dict) -> None:
-        """Add a host's delta (as made by :meth:`export`)."""
-        for key, (nbytes, count) in other["logical"]:
+    def merge(self, other: LedgerDelta | dict) -> None:
+        """Add a host's delta (:meth:`export`), or a checkpoint's (a dict in older ones)."""
+        if isinstance(other, dict):
+            other = LedgerDelta(other["logical"], other["crossed"], other.get("crossed_nodes", []))
+        for key, (nbytes, count) in other.logical:
             self.record(tuple(key), nbytes, count)
-        for (rnd, phase), nbytes in other["crossed"]:
+        for (rnd, phase), nbytes in other.crossed:
             self.record_crossed(rnd, phase, nbytes)
-        for (rnd, phase), nbytes in other.get("crossed_nodes", ()):  # (older checkpoints: none)
+        for (rnd, phase), nbytes in other.crossed_nodes:
             self.record_crossed_nodes(rnd, phase, nbytes)
 
-    def export(self) -> dict:
-        return {
-            "logical": [(k, tuple(v)) for k, v in self.logical.items()],
-            "crossed": list(self.crossed.items()),
-            "crossed_nodes": list(self.crossed_nodes.items()),
-        }
+    def export(self) -> LedgerDelta:
+        return LedgerDelta(
+            [(k, tuple(v)) for k, v in self.logical.items()],
+            list(self.crossed.items()),
+            list(self.crossed_nodes.items()),
+        )
 
     # --- queries -------------------------------------------------------------------------------
     def total(self, *, round_: int | None = None, include_eval: bool = False) -> int:

@@ -387,7 +387,8 @@ class Deployment:
                     pending[dst].append((src, res.batches.get(dst)))
                 if self.host_nodes[dst] != self.host_nodes[src]:
                     self.ledger.record_crossed_nodes(round_, phase, size)
-            self.ledger.merge(res.ledger)
+            if res.ledger is not None:
+                self.ledger.merge(res.ledger)
             self.tapped.extend(res.tapped)
             for name, values in res.reports.items():
                 reports[name].extend(values)

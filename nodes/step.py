@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cluster.ledger import LedgerDelta
+
 
 @dataclass(frozen=True, slots=True)
 class StepOrder:
@@ -86,7 +88,7 @@ class StepOutcome:
         batch_bytes: bytes of the batch this host sent to each destination host.
         batches: destination host -> the batch's object reference, where the transport moves
             batches through Ray's object store (actor calls); empty where it moves them itself.
-        ledger: the logical and crossed bytes of the messages it sent (``Ledger.export``).
+        ledger: the logical and crossed bytes of the messages it sent.
         reports: figures its nodes reported (name -> values).
         timing: its stages' wall seconds.
         pending_local: messages kept for its own nodes' next superstep.
@@ -104,7 +106,7 @@ class StepOutcome:
 
     batch_bytes: dict[int, int] = field(default_factory=dict)
     batches: dict[int, object] = field(default_factory=dict)
-    ledger: dict = field(default_factory=dict)
+    ledger: LedgerDelta | None = None
     reports: dict[str, list[float]] = field(default_factory=dict)
     timing: StepTiming = field(default_factory=StepTiming)
     pending_local: int = 0

@@ -84,6 +84,11 @@ def test_the_host_speaks_typed_records_only():
     hints = typing.get_type_hints(StepOrder)
     assert not any(typing.get_origin(t) is dict or t is dict for t in hints.values()), hints
     assert StepOrder.__dataclass_params__.frozen
+    # the answer's mappings say what they map (no bare dict, no dict of anything)
+    for name, t in typing.get_type_hints(StepOutcome).items():
+        assert t is not dict and t is not typing.Any, name
+        if typing.get_origin(t) is dict:
+            assert typing.Any not in typing.get_args(t), name
 
 
 def test_an_unknown_transport_is_refused_in_one_line():
