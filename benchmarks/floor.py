@@ -145,9 +145,9 @@ def _quiet(text: str) -> None:
 
 
 class InProcess:
-    """The deployment interface a protocol's driver uses (``superstep``, ``begin_round``,
-    ``round_stats``, ``has_pending``, ``call``, ``ledger``, ``status``), with every node in this
-    process: a superstep hands each node its messages (sorted by sender, as a host does), runs
+    """The runtime a protocol's driver uses (:class:`nodes.step.Runtime`: ``superstep``,
+    ``begin_round``, ``round_stats``, ``has_pending``, ``call``, ``ledger``, ``status``), with
+    every node in this process: a superstep hands each node its messages (sorted by sender, as a host does), runs
     each node class's ``handle_batch`` on its active nodes (classes by name, nodes by id, as a
     host does) and keeps the outboxes as the next superstep's inboxes. No encoding of message
     batches, no availability model, no simulated clock, no snapshot. ``kernel_seconds`` adds up

@@ -2,7 +2,7 @@
 
     python -m benchmarks.vs_flower [--quick] [--clients 1000 10000] [--rounds 5] [--fail 0.1]
                                    [--hosts 2] [--flower-venv /tmp/privrec-flower-venv]
-                                   [--transport calls|channels]
+                                   [--transports calls channels]
 
 Workload: N clients; each round the server sends every client a 10,000-float32 vector, every client
 returns it plus a client-specific scalar δ_p = 1e-3·((p mod 100)+1), and the server replaces the
@@ -308,7 +308,7 @@ def ratio(a, b):
 
 def table(cases: list[dict]) -> str:
     head = (
-        f"{'N':>6} {'fail':>5} | {'privrec s/round':>15} {'flower s/round':>15} {'speed-up':>9} | "
+        f"{'N':>6} {'fail':>5} {'transport':>9} | {'privrec s/round':>15} {'flower s/round':>15} {'speed-up':>9} | "
         f"{'privrec RSS MiB':>15} {'flower RSS MiB':>15} | {'privrec PSS':>11} {'flower PSS':>10}"
     )
     lines = [head, "-" * len(head)]
@@ -320,7 +320,8 @@ def table(cases: list[dict]) -> str:
         p, fl = c["privrec"], c["flower"]
         mark = "*" if fl.get("partial") else ""
         lines.append(
-            f"{c['clients']:>6} {c['fail']:>5g} | {f(p['median_round_seconds'], '15.3f')} "
+            f"{c['clients']:>6} {c['fail']:>5g} {c.get('transport', 'calls'):>9} | "
+            f"{f(p['median_round_seconds'], '15.3f')} "
             f"{f(fl['median_round_seconds'], '14.3f')}{mark or ' '} {f(c['speedup'], '8.1f')}x | "
             f"{f(p['peak_rss_mib'], '15.0f')} {f(fl['peak_rss_mib'], '15.0f')} | "
             f"{f(p['peak_pss_mib'], '11.0f')} {f(fl['peak_pss_mib'], '10.0f')}"
@@ -343,10 +344,12 @@ def main() -> None:
     ap.add_argument("--fail", type=float, default=0.1, help="failure rate of the second run per N")
     ap.add_argument("--hosts", type=int, default=2, help="privrec user hosts (placement packed)")
     ap.add_argument(
-        "--transport",
+        "--transports",
         choices=("calls", "channels"),
-        default="calls",
-        help="privrec's superstep transport (nodes/transport.py; default %(default)s)",
+        nargs="+",
+        default=["calls", "channels"],
+        help="privrec's superstep transports (nodes/transport.py), each run beside one Flower "
+        "run per case (default: both)",
     )
     ap.add_argument("--flower-venv", type=Path, default=Path("/tmp/privrec-flower-venv"))
     ap.add_argument(
@@ -389,23 +392,27 @@ def main() -> None:
         mean_delta = statistics.fmean(1e-3 * ((p % 100) + 1) for p in range(n))
         expected = rounds * mean_delta
         for fail in (0.0, args.fail):
-            print(f"N={n} fail={fail:g}: privrec", flush=True)
-            p = run_privrec(n, fail, rounds, args.hosts, args.interval, args.transport)
+            runs = {}
+            for t in args.transports:
+                print(f"N={n} fail={fail:g}: privrec over {t}", flush=True)
+                runs[t] = run_privrec(n, fail, rounds, args.hosts, args.interval, t)
             print(f"N={n} fail={fail:g}: flower (log {log_dir})", flush=True)
             fl = run_flower(py, n, fail, rounds, args, log_dir)
-            case = {
-                "clients": n,
-                "fail": fail,
-                "rounds": rounds,
-                "privrec": p,
-                "flower": fl,
-                "speedup": ratio(fl["median_round_seconds"], p["median_round_seconds"]),
-                "memory_ratio_rss": ratio(fl["peak_rss_mib"], p["peak_rss_mib"]),
-            }
-            if fail == 0.0:
-                case["expected_global_mean"] = expected  # rounds · mean δ: both should match it
-            cases.append(case)
-            print(table([case]), flush=True)
+            for t, p in runs.items():
+                case = {
+                    "clients": n,
+                    "fail": fail,
+                    "rounds": rounds,
+                    "transport": t,
+                    "privrec": p,
+                    "flower": fl,
+                    "speedup": ratio(fl["median_round_seconds"], p["median_round_seconds"]),
+                    "memory_ratio_rss": ratio(fl["peak_rss_mib"], p["peak_rss_mib"]),
+                }
+                if fail == 0.0:
+                    case["expected_global_mean"] = expected  # rounds · mean δ: both match it
+                cases.append(case)
+                print(table([case]), flush=True)
     figures = {
         "versions": {
             "privrec_ray": ray.__version__,
@@ -435,7 +442,11 @@ def main() -> None:
             "client_resources_num_cpus": args.flower_client_cpus,
             "actors": int((os.cpu_count() or 1) / args.flower_client_cpus),
         },
-        "privrec_settings": {"placement": "packed", "hosts": args.hosts},
+        "privrec_settings": {
+            "placement": "packed",
+            "hosts": args.hosts,
+            "transports": args.transports,
+        },
         "cases": cases,
     }
     path = write_result(name, figures, write=args.write)

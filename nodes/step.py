@@ -11,9 +11,14 @@ the batches themselves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from cluster.ledger import LedgerDelta
+from cluster.ledger import Ledger, LedgerDelta
+
+if TYPE_CHECKING:
+    from nodes.conditions import Conditions
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,3 +165,46 @@ class RoundStats:
     undelivered: int = 0
     rejected: dict[str, dict[str, int]] = field(default_factory=dict)
     faults: list[dict] = field(default_factory=list)
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """What a protocol's driver and the round loop may ask of the nodes' runtime: a
+    :class:`nodes.deployment.Deployment` (host actors, Ray), or a stand-in that runs every node
+    in one process (``benchmarks.floor.InProcess``).
+
+    Attributes:
+        ledger: the bytes of every message sent (cluster/ledger.py).
+        conditions: the run conditions (nodes/conditions.py).
+        status: takes a one-line description of a long step.
+    """
+
+    ledger: Ledger
+    conditions: Conditions
+    status: Callable[[str], None]
+
+    def begin_round(self, round_: int) -> None:
+        """Start round ``round_`` (availability, snapshots, injected faults)."""
+
+    def superstep(
+        self,
+        round_: int,
+        phase: str,
+        activate: tuple[str, ...] | list[str] = (),
+        *,
+        availability: bool = True,
+    ) -> StepResult:
+        """Deliver the pending messages and run the handlers of the nodes that got mail or are
+        named in ``activate`` (a role name: all its nodes)."""
+
+    def round_stats(self) -> RoundStats:
+        """The current round so far."""
+
+    def has_pending(self) -> bool:
+        """Whether messages wait for a next superstep."""
+
+    def call(self, nid: str, method: str, *args, **kwargs):
+        """Run a method of one node (inspection, not protocol traffic)."""
+
+    def close(self) -> None:
+        """Release what it holds."""

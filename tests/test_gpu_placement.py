@@ -107,7 +107,8 @@ def test_logical_gpus_spread_hosts_and_the_checkpoint_resumes_on_the_cpu(tmp_pat
         gpu_run = [a for a in run if a != "--no-progress"]  # with its status lines
         gpus = subprocess.run(
             [sys.executable, "launch.py", *gpu_run, "--address", f"127.0.0.1:{port}"]
-            + ["--gpus-per-host", "0.5", "--checkpoint-every", "1", "--out", str(tmp_path / "gpu")],
+            + ["--gpus-per-host", "0.5", "--checkpoint-every", "1", "--out", str(tmp_path / "gpu")]
+            + ["--transport", "channels"],  # the reference goes over actor calls
             cwd=ROOT,
             env=env,
             capture_output=True,
@@ -133,6 +134,12 @@ def test_logical_gpus_spread_hosts_and_the_checkpoint_resumes_on_the_cpu(tmp_pat
     assert "CUDA sees no GPU" in gpu_summary["gpu_note"] and cpu_summary["gpu_note"] is None
     assert gpus.stderr.count("CUDA sees no GPU") == 1, gpus.stderr[-3000:]  # said once
     assert gpu_config["settings"]["gpus_per_host"] == 0.5
+    # over a compiled graph: torn down with host 1, built again over its replacement
+    notes = gpu_summary["transport"]["notes"]
+    assert gpu_summary["transport"]["name"] == "channels" and cpu_summary["transport"]["name"] == (
+        "calls"
+    )
+    assert any("graph rebuilt" in n for n in notes), notes
     for key in ("metrics", "bytes_total", "bytes_by_kind"):
         assert gpu_summary[key] == cpu_summary[key], key
 

@@ -207,3 +207,29 @@ def test_large_batches_go_through_the_store_over_channels_and_survive_a_killed_h
     assert crossed > 2 * 20 * 80_000  # both user hosts' uploads: over the 1 MiB line
     assert any("graph rebuilt" in n for n in notes), notes
     assert out["channels"] == out["calls"]
+
+
+def test_the_deployment_and_the_floors_stand_in_are_one_runtime():
+    """A protocol's driver speaks to :class:`nodes.step.Runtime`; the deployment and the floor's
+    in-process stand-in both are one (a method missing or misnamed in either fails here)."""
+    from benchmarks.floor import InProcess
+    from nodes.deployment import Deployment
+    from nodes.step import Runtime
+
+    methods = ("begin_round", "superstep", "round_stats", "has_pending", "call", "close")
+    for cls in (Deployment, InProcess):
+        for name in methods:
+            got = inspect.signature(getattr(cls, name))
+            want = inspect.signature(getattr(Runtime, name))
+            assert list(got.parameters) == list(want.parameters), (cls.__name__, name)
+    proto = _FedmfProtocol()
+    stand_in = InProcess(proto.node_specs(), seed=0, shared=proto.shared())
+    assert isinstance(stand_in, Runtime)
+    assert typing.get_type_hints(Deployment.round_stats)["return"] is RoundStats
+
+
+def _FedmfProtocol():
+    from protocols.base import build_config
+    from protocols.fedmf.protocol import FedMF
+
+    return FedMF(_data(), build_config(FedMF.Config, {"dim": 8}), seed=0)
