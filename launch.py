@@ -1084,7 +1084,7 @@ def _settings(args, conditions, **fields):
         audit=args.audit,
         tensorboard=getattr(args, "tensorboard", None),
         check_device=getattr(args, "check_device", False),
-        transport=getattr(args, "transport", None) or "calls",
+        **({"transport": args.transport} if getattr(args, "transport", None) else {}),
         **fields,
     )
 

@@ -270,9 +270,8 @@ def echo_dataset(clients: int):
 
 
 def _transport_kw(transport: str) -> dict:
-    """``transport=`` for ``deploy``/``Deployment``; nothing for ``calls`` (the default, which
-    a runtime without the keyword runs too)."""
-    return {} if transport == "calls" else {"transport": transport}
+    """``transport=`` for ``deploy``/``Deployment``."""
+    return {"transport": transport}
 
 
 def _host_share(specs, hosts: list[int], transports: list[str]) -> float:

@@ -37,6 +37,7 @@ from nodes.deployment import (
     PlacementError,
     assign_hosts,
 )
+from nodes.transport import DEFAULT_TRANSPORT
 from protocols import DEFAULT_PROTOCOL, get_protocol
 from protocols.base import (
     ConfigError,
@@ -83,7 +84,7 @@ class RunSettings:
     check_device: bool = False
     # --transport: how supersteps travel between driver and hosts (nodes/transport.py): actor
     # calls, or the channels of a Ray compiled graph
-    transport: str = "calls"
+    transport: str = DEFAULT_TRANSPORT
 
 
 @dataclass
@@ -488,7 +489,7 @@ def deploy(
     specs: list[NodeSpec] | None = None,
     status: Callable[[str], None] | None = None,
     default_device: str | None = None,
-    transport: str = "calls",
+    transport: str = DEFAULT_TRANSPORT,
 ) -> Deployment:
     """The deployment of ``protocol``'s nodes on Ray (started or joined already): its node specs
     (or ``specs``, when the caller made them already), its seed and shared values, on ``hosts``
@@ -533,7 +534,8 @@ def _deploy(settings: RunSettings, protocol: Protocol, specs: list[NodeSpec]) ->
         specs=specs,
         status=_Status(settings),
         default_device="meta" if settings.check_device else None,
-        transport=getattr(settings, "transport", "calls"),  # (a checkpoint's settings of before)
+        # (a checkpoint's settings from before transports: the default)
+        transport=getattr(settings, "transport", DEFAULT_TRANSPORT),
     )
     note = gpu_note(dep.host_info()) if (settings.gpus_per_host or 0) > 0 else None
     if note:

@@ -48,7 +48,7 @@ from nodes.envelope import senders_by_role
 from nodes.host import Host, dumps_specs
 from nodes.node import Shared
 from nodes.step import RoundStats, StepOrder, StepResult
-from nodes.transport import ActorCalls, make_transport
+from nodes.transport import DEFAULT_TRANSPORT, ActorCalls, make_transport
 
 PLACEMENTS = ("dedicated", "packed")
 
@@ -147,7 +147,7 @@ class Deployment:
         conditions: Conditions | None = None,
         status: Callable[[str], None] | None = None,
         default_device: str | None = None,
-        transport: str = "calls",
+        transport: str = DEFAULT_TRANSPORT,
     ):
         """``tap=True`` keeps a copy of every message sent (tests scan them for private data).
         ``status`` (:attr:`status`) takes one-line descriptions of long steps.
@@ -560,7 +560,10 @@ class Deployment:
     def transport_summary(self) -> dict:
         """The transport for the run's summary: its name and what it had to say (a graph torn
         down, rebuilt, or not built)."""
-        return {"name": self.transport.name, "notes": list(self.transport.notes)}
+        out = {"name": self.transport.name, "notes": list(self.transport.notes)}
+        if hasattr(self.transport, "supersteps"):
+            out["supersteps"] = dict(self.transport.supersteps)  # over the graph, over calls
+        return out
 
     def close(self) -> None:
         self.transport.close()  # a compiled graph holds the actors: torn down before they are

@@ -364,7 +364,7 @@ class Host:
         self._mail: dict[int, object] = {}  # source host -> the batch it sent (a compiled graph's)
         # (superstep, its outcome, its batches not yet delivered): the answer to give if asked again
         self._answered: tuple | None = None
-        self._kept_refs: list[list] = [[], []]  # batches put in the store over a graph
+        self._kept_refs: list = []  # batches this host put in the store over a graph
         self._in_place: frozenset[str] | None = None  # nodes whose class READS_IN_PLACE
         # ((round, training?), participants that ran a handler in it): the share that failed
         self._ran: tuple = (None, set())
@@ -490,25 +490,35 @@ class Host:
             self._answered = (order.seq, outcome, {})  # the store holds the batches now
         return outcome
 
+    def join_graph(self) -> None:
+        """Before a compiled graph is built over this host: tell Ray's channels that no torch
+        tensor travels through them (the batches are bytes), so that they do not import torch
+        into a process whose protocol never does (about 180 MiB)."""
+        from ray.experimental.channel.common import ChannelContext
+
+        ChannelContext.get_current()._torch_available = False
+
     def graph_step(self, orders: tuple[StepOrder, ...]) -> StepOutcome | tuple:
         """The first stage of a superstep over a compiled graph (nodes/transport.py
         ``Channels``): run this host's order of ``orders``. Alone in the graph, it returns its
         outcome; else the batch for each host in order (None where there is none), which the
         graph carries to that host's :meth:`deliver`, and the outcome waits for its own."""
-        outcome, parts = self._superstep(orders[self.index], ())
+        order = orders[self.index]
+        outcome, parts = self._superstep(order, _resolved(list(order.batches)))
         if len(orders) == 1:
             return outcome
         big = {h: p for h, p in parts.items() if batch_size(p) >= _BY_STORE_FROM}
         refs = _put_batches(big) if big else {}
-        # this host owns what it put: kept until the superstep after next, when every receiver
-        # has read it (the driver waits for each superstep's every stage before the next)
-        self._kept_refs = [self._kept_refs[-1], list(refs.values())]
+        # this host owns what it put: kept until its next superstep, by when every receiver has
+        # read it (:meth:`deliver`; the driver waits for every stage of a superstep)
+        self._kept_refs = list(refs.values())
         return tuple(refs.get(h, parts.get(h)) for h in range(len(orders)))
 
     def deliver(self, *batches) -> StepOutcome:
         """The second stage: keep the batch each host sent here (by source host; None where
         none) for the next superstep. Returns this host's outcome of the superstep."""
-        for src, batch in enumerate(batches):
+        # a large batch came as its object reference: read in place now, while its sender holds it
+        for src, batch in enumerate(_resolved(list(batches))):
             if batch is not None:
                 self._mail[src] = batch
         seq, outcome, _ = self._answered
@@ -518,8 +528,7 @@ class Host:
     def held_mail(self) -> list[tuple[int, bytes]]:
         """The batches this host holds for its next superstep, by source host, joined (what a
         checkpoint stores)."""
-        held = sorted(self._mail.items())
-        return [(src, join_batch(b)) for (src, _), b in zip(held, _resolved([b for _, b in held]))]
+        return [(src, join_batch(b)) for src, b in sorted(self._mail.items())]
 
     def _superstep(self, order: StepOrder, batches) -> tuple[StepOutcome, dict[int, list]]:
         """The superstep ``order`` asks for, in its stages: :meth:`_take_mail`,
@@ -539,6 +548,7 @@ class Host:
             t1 = time.perf_counter()
             outgoing, ledger = self._run_handlers(order, inbox, presence, dropped, out)
             if out.failure is not None:
+                self._answered = (order.seq, out, {})
                 return out, {}
             t2 = time.perf_counter()
             inbox.clear()  # what this superstep received is freed before the heap is trimmed
@@ -556,7 +566,6 @@ class Host:
         """Stage 1: the batches to deliver: those held (less those from hosts in
         ``order.drop_sources``, which died since they sent them) and those passed in."""
         held = [b for src, b in sorted(self._mail.items()) if src not in order.drop_sources]
-        held = _resolved(held)  # (raises ObjectLostError, mail kept, where a sender died)
         self._mail = {}
         return held + list(batches)
 

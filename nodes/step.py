@@ -39,6 +39,9 @@ class StepOrder:
         absent_hosts: hosts whose nodes lost this round; mail for them is undelivered.
         failed: participants whose handler raised earlier this round, skipped like offline ones.
         drop_sources: hosts that died since they sent the mail this host holds: it is discarded.
+        batches: references of batches for this host that the driver holds (sent over actor
+            calls, or restored from a checkpoint), where the transport passes them in the order
+            (a compiled graph); the host reads them from the object store.
     """
 
     seq: int
@@ -53,6 +56,7 @@ class StepOrder:
     absent_hosts: tuple[int, ...] = ()
     failed: tuple[str, ...] = ()
     drop_sources: tuple[int, ...] = ()
+    batches: tuple[object, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,19 +8,26 @@ Two transports carry the same contract (nodes/step.py) and give the same results
 * :class:`Channels` (``channels``): a Ray compiled graph of the host actors, built once per
   deployment: every execution carries the orders to the hosts (``graph_step``), each host's batch
   for each other host straight to that host (``deliver``, which keeps it for the next superstep
-  and answers the host's outcome) and the outcomes back, through channels set up at compile time (shared memory between processes
-  of one machine) instead of an actor task, an object-store entry and a driver round trip each.
+  and answers the host's outcome) and the outcomes back, through channels set up at compile
+  time (shared memory between processes of one machine; a batch of 1 MiB or more goes through
+  the object store and its reference through the channel) instead of an actor task, an
+  object-store entry and a driver round trip each.
   Where the graph cannot serve — a host died (it is torn down, the superstep runs over actor
-  calls, which replace the host, and the graph is built again over the new actors), the driver
-  holds batch references (a restored checkpoint), or it cannot be compiled (say, hosts on nodes
-  its channels do not span) — the superstep goes over actor calls, and :attr:`Channels.notes`
-  says so (the run's summary, ``transport``).
+  calls, which replace the host, and the graph is built again over the new actors), or it cannot
+  be compiled — the superstep goes over actor calls, and :attr:`Channels.notes` says so (the
+  run's summary, ``transport``). Batch references the driver holds then (or from a restored
+  checkpoint) reach their hosts in the next graph's orders.
+
+Ray 2.60's channel readers poll: every host of an open graph keeps about half a CPU busy while it
+waits for the next superstep (measured: benchmarks/RESULTS.md). On a machine with cores to spare
+that buys the lower fixed cost per superstep; on a small one it slows everything else running
+beside the graph (the driver's own work, other deployments), hence ``calls`` is the default.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import ray
 from ray.exceptions import ObjectLostError, RayActorError, RayChannelError, RaySystemError
@@ -28,6 +35,9 @@ from ray.exceptions import ObjectLostError, RayActorError, RayChannelError, RayS
 from nodes.step import StepOrder, StepOutcome
 
 TRANSPORTS = ("calls", "channels")
+# the default: channels cost less per superstep, but their readers' polling costs every other
+# process CPU while a graph is open (benchmarks/RESULTS.md, "Supersteps over Ray channels")
+DEFAULT_TRANSPORT = "calls"
 
 
 @dataclass
@@ -92,6 +102,7 @@ class Channels:
 
     def __init__(self):
         self.notes: list[str] = []
+        self.supersteps = {"channels": 0, "calls": 0}  # how each superstep went
         self._calls = ActorCalls()
         self._graph = None
         self._hosts: list | None = None
@@ -102,23 +113,35 @@ class Channels:
 
     def run(self, hosts: list, orders: list[StepOrder], pending: list[list]) -> Answers:
         self._round = orders[0].round
-        held_by_driver = any(ref is not None for refs in pending for _, ref in refs)
-        if self._broken or self._calls_next or held_by_driver:
+        if self._broken or self._calls_next:
             self._calls_next = max(0, self._calls_next - 1)
-            return self._calls.run(hosts, orders, pending)
+            return self._over_calls(hosts, orders, pending)
         if self._graph is None or self._hosts != _ids(hosts):
             if not self._build(hosts):
-                return self._calls.run(hosts, orders, pending)
+                return self._over_calls(hosts, orders, pending)
+        # batches the driver holds (a superstep over actor calls before, a checkpoint restored)
+        # go to their hosts as references in the orders
+        orders = [
+            replace(o, batches=refs)
+            if (refs := tuple(r for _, r in pending[h] if r is not None))
+            else o
+            for h, o in enumerate(orders)
+        ]
         try:
             refs = self._graph.execute(tuple(orders))
             values = [r.get(timeout=-1) for r in refs]
-        except (RayChannelError, RayActorError, RaySystemError) as e:
+        except (RayChannelError, RayActorError, RaySystemError, ObjectLostError) as e:
             # a host died during the execution: the graph is gone; the hosts that ran the
             # superstep answer it again from what they kept, the others run it now
             self.invalidate(f"an execution failed ({type(e).__name__})")
             self._calls_next = 0
-            return self._calls.run(hosts, orders, pending)
+            return self._over_calls(hosts, orders, pending)
+        self.supersteps["channels"] += 1
         return Answers(outcomes=dict(enumerate(values)))
+
+    def _over_calls(self, hosts: list, orders: list[StepOrder], pending: list[list]) -> Answers:
+        self.supersteps["calls"] += 1
+        return self._calls.run(hosts, orders, pending)
 
     def _build(self, hosts: list) -> bool:
         """Compile the graph over ``hosts``; False (and actor calls from now on) where Ray
@@ -129,6 +152,8 @@ class Channels:
         n = len(hosts)
         t0 = time.perf_counter()
         try:
+            _keep_one_proxy()
+            ray.get([h.join_graph.remote() for h in hosts])
             with InputNode() as orders:
                 if n == 1:  # no batch to carry: the host answers its outcome
                     dag = MultiOutputNode([hosts[0].graph_step.bind(orders)])
@@ -171,6 +196,41 @@ class Channels:
                 graph.teardown()
             except Exception:  # noqa: BLE001 — a graph whose actor died is torn down already
                 pass
+
+
+class _OneProxy:
+    """Ray's compiled graph starts an actor of its own on the driver's node for every graph it
+    compiles (``CompiledDAG.DAGDriverProxyActor``: empty, a target through which the graph's
+    writers reach the driver as a reader), and that actor dies with the graph: a new Python
+    worker process every deployment, 1–2 s of CPU on a small machine. It holds no state, so one
+    kept for this driver's Ray session serves every graph in turn."""
+
+    def __init__(self, actor_class):
+        self._cls = actor_class
+        self._session = None
+        self._actor = None
+        self._options: dict = {}
+
+    def options(self, **options):
+        self._options = options
+        return self
+
+    def remote(self):
+        ctx = ray.get_runtime_context()
+        session = (ctx.get_job_id(), ctx.get_node_id())
+        if self._actor is None or self._session != session:
+            self._actor = self._cls.options(**self._options).remote()
+            self._session = session
+        return self._actor
+
+
+def _keep_one_proxy() -> None:
+    """Install :class:`_OneProxy` (once; where Ray has no such actor, nothing changes)."""
+    from ray.dag.compiled_dag_node import CompiledDAG
+
+    proxy = getattr(CompiledDAG, "DAGDriverProxyActor", None)
+    if proxy is not None and not isinstance(proxy, _OneProxy):
+        CompiledDAG.DAGDriverProxyActor = _OneProxy(proxy)
 
 
 def _ids(hosts: list) -> list:

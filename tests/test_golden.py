@@ -95,7 +95,10 @@ def golden_run(
         transport=transport,
     )
     run_dir, summary = run(settings, dataset())
-    assert summary["transport"] == {"name": transport, "notes": []}
+    said = summary["transport"]
+    assert said["name"] == transport and said["notes"] == [], said
+    if transport == "channels":  # every superstep went over the graph
+        assert said["supersteps"]["calls"] == 0 and said["supersteps"]["channels"] > 0, said
     rows = read_rows(run_dir)
     # honest traffic passes every receiver's check (cluster/validate.py): nothing is rejected
     assert summary.get("rejected", {}) == {}, (

@@ -102,7 +102,7 @@ def test_logical_gpus_spread_hosts_and_the_checkpoint_resumes_on_the_cpu(tmp_pat
     )
     try:
         # meanwhile, the reference on this process's CPU-only local Ray
-        assert launch.main([*run, "--out", str(tmp_path / "cpu")]) == 0
+        assert launch.main([*run, "--out", str(tmp_path / "cpu"), "--transport", "calls"]) == 0
         head.wait_started()
         gpu_run = [a for a in run if a != "--no-progress"]  # with its status lines
         gpus = subprocess.run(

@@ -110,7 +110,8 @@ def test_packed_with_dropouts_and_adversaries_is_the_same_over_channels(ray_loca
     )
     calls, channels = (_run(tmp_path, t, **kw) for t in TRANSPORTS)
     assert sum(r["dropped"] for r in calls[1]) > 0  # the dropouts happened
-    assert channels[0]["transport"] == {"name": "channels", "notes": []}
+    said = channels[0]["transport"]
+    assert said["notes"] == [] and said["supersteps"]["calls"] == 0, said
     _same(calls, channels)
 
 
@@ -146,6 +147,9 @@ def test_a_killed_host_is_survived_over_channels_with_the_same_results(ray_local
     notes = channels[0]["transport"]["notes"]
     assert any("torn down: host 1 was killed" in n for n in notes), notes
     assert any("graph rebuilt" in n for n in notes), notes
+    # the superstep that found the host dead and the one after went over actor calls; then the
+    # graph again, the batches those sent reaching their hosts as references in its orders
+    assert channels[0]["transport"]["supersteps"]["calls"] == 2, channels[0]["transport"]
     _same(calls, channels)
 
 
@@ -170,7 +174,7 @@ def test_a_graph_that_cannot_be_compiled_falls_back_to_actor_calls_and_says_so()
 
     class NotAnActor:
         @property
-        def graph_step(self):
+        def join_graph(self):
             raise RuntimeError("no compiled graph on this cluster")
 
     assert not t._build([NotAnActor()])
@@ -233,3 +237,28 @@ def _FedmfProtocol():
     from protocols.fedmf.protocol import FedMF
 
     return FedMF(_data(), build_config(FedMF.Config, {"dim": 8}), seed=0)
+
+
+@pytest.mark.ray
+def test_graphs_share_one_driver_proxy_actor(ray_local):
+    """Ray starts a proxy actor (a Python process) for every compiled graph; the transport keeps
+    one for the driver's session (nodes/transport.py ``_OneProxy``): two deployments in turn,
+    one proxy."""
+    from ray.dag.compiled_dag_node import CompiledDAG
+
+    from engine import deploy, run_rounds
+    from protocols.base import build_config
+    from protocols.fedmf.protocol import FedMF
+
+    ids = []
+    for _ in range(2):
+        protocol = FedMF(_data(), build_config(FedMF.Config, {"dim": 8}), seed=0)
+        dep = deploy(protocol, "packed", 1, transport="channels")
+        try:
+            run_rounds(protocol, dep, 1, eval_every=0)
+            said = dep.transport_summary()
+            assert said["notes"] == [] and said["supersteps"]["calls"] == 0, said
+        finally:
+            dep.close()
+        ids.append(CompiledDAG.DAGDriverProxyActor._actor._actor_id)
+    assert ids[0] == ids[1]
