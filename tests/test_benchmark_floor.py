@@ -60,7 +60,8 @@ def test_quick_writes_round_floor_and_ratio(tmp_path, monkeypatch, ray_local, ca
     assert list(dmf["hosts"]["1"]) == _transports()
     for t, one in dmf["hosts"]["1"].items():
         assert one["transport"] == t
-        assert one["ratio"] == pytest.approx(one["round_seconds"] / dmf["floor_seconds"])
+        # each transport in a pass of its own, against the floor measured in that pass
+        assert one["ratio"] == pytest.approx(one["round_seconds"] / one["floor_seconds"])
         # the floor's driver gives the runtime's losses and bytes
         assert one["same_losses"] and one["same_bytes"]
         assert len(one["profile_driver"]) <= 2
