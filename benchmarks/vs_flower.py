@@ -2,7 +2,7 @@
 
     python -m benchmarks.vs_flower [--quick] [--clients 1000 10000] [--rounds 5] [--fail 0.1]
                                    [--hosts 2] [--flower-venv /tmp/privrec-flower-venv]
-                                   [--transports calls channels]
+                                   [--transports calls channels] [--no-flower]
 
 Workload: N clients; each round the server sends every client a 10,000-float32 vector, every client
 returns it plus a client-specific scalar δ_p = 1e-3·((p mod 100)+1), and the server replaces the
@@ -353,6 +353,12 @@ def main() -> None:
     )
     ap.add_argument("--flower-venv", type=Path, default=Path("/tmp/privrec-flower-venv"))
     ap.add_argument(
+        "--no-flower",
+        action="store_true",
+        help="privrec only (its transports side by side; no speed-up): Flower at 10,000 clients "
+        "takes about 200 s a round on 2 cores",
+    )
+    ap.add_argument(
         "--flower-client-cpus",
         type=float,
         default=0.5,
@@ -382,7 +388,7 @@ def main() -> None:
     import ray
 
     load_start = os.getloadavg()
-    flower = ensure_flower_venv(args.flower_venv)
+    flower = {"flwr": None, "ray": None} if args.no_flower else ensure_flower_venv(args.flower_venv)
     py = venv_python(args.flower_venv)
     log_dir = Path(tempfile.gettempdir()) / "vs_flower_logs"
     log_dir.mkdir(exist_ok=True)
@@ -396,8 +402,13 @@ def main() -> None:
             for t in args.transports:
                 print(f"N={n} fail={fail:g}: privrec over {t}", flush=True)
                 runs[t] = run_privrec(n, fail, rounds, args.hosts, args.interval, t)
-            print(f"N={n} fail={fail:g}: flower (log {log_dir})", flush=True)
-            fl = run_flower(py, n, fail, rounds, args, log_dir)
+            if not args.no_flower:
+                print(f"N={n} fail={fail:g}: flower (log {log_dir})", flush=True)
+            fl = (
+                {"median_round_seconds": None, "peak_rss_mib": None, "peak_pss_mib": None}
+                if args.no_flower
+                else run_flower(py, n, fail, rounds, args, log_dir)
+            )
             for t, p in runs.items():
                 case = {
                     "clients": n,
