@@ -226,12 +226,14 @@ def _add_run_arguments(p: argparse.ArgumentParser, *, rounds_default: int | None
     )
     p.add_argument(
         "--transport",
-        choices=("calls", "channels"),  # nodes.transport.TRANSPORTS (no Ray import here)
+        choices=("auto", "calls", "channels"),  # nodes.transport.CHOICES (no Ray import here)
         default=None,
         help="how supersteps travel between the driver and the host actors: 'calls' (an actor "
         "call per host, batches through Ray's object store) or 'channels' (a Ray compiled graph "
         "of the hosts, built once: orders, batches and outcomes through its channels); results "
-        "are the same (default: calls; with --resume, the run's own)",
+        "are the same; 'auto' (the default) takes channels where the cluster has a CPU for each "
+        "host actor and two to spare (a graph's hosts poll between supersteps), else calls "
+        "(with --resume: the run's own)",
     )
     p.add_argument(
         "--check-device",

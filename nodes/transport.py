@@ -21,7 +21,9 @@ Two transports carry the same contract (nodes/step.py) and give the same results
 Ray 2.60's channel readers poll: every host of an open graph keeps about half a CPU busy while it
 waits for the next superstep (measured: benchmarks/RESULTS.md). On a machine with cores to spare
 that buys the lower fixed cost per superstep; on a small one it slows everything else running
-beside the graph (the driver's own work, other deployments), hence ``calls`` is the default.
+beside the graph (another deployment, another test worker). Hence the default, ``auto``
+(:func:`choose_transport`): channels where the cluster has a CPU for every host actor and two to
+spare, else actor calls.
 """
 
 from __future__ import annotations
@@ -35,9 +37,27 @@ from ray.exceptions import ObjectLostError, RayActorError, RayChannelError, RayS
 from nodes.step import StepOrder, StepOutcome
 
 TRANSPORTS = ("calls", "channels")
-# the default: channels cost less per superstep, but their readers' polling costs every other
-# process CPU while a graph is open (benchmarks/RESULTS.md, "Supersteps over Ray channels")
-DEFAULT_TRANSPORT = "calls"
+# the default, "auto": channels where the cluster has a CPU for every host's polling reader and
+# two to spare (the driver, Ray), else actor calls (choose_transport). A graph's supersteps cost
+# less, but its readers poll: about half a CPU per host while a graph is open, taken from
+# everything else (benchmarks/RESULTS.md, "Supersteps over Ray channels")
+DEFAULT_TRANSPORT = "auto"
+CHOICES = ("auto", *TRANSPORTS)
+
+
+def choose_transport(name: str, n_hosts: int, cpus: float) -> tuple[str, str | None]:
+    """The transport ``name`` stands for on a cluster of ``cpus`` CPUs with ``n_hosts`` host
+    actors, and a note saying why where it was chosen (``auto``). Raises ValueError for a name
+    that is none of :data:`CHOICES`."""
+    if name != "auto":
+        make_transport(name)  # (refused in one line when unknown)
+        return name, None
+    if cpus >= n_hosts + 2:
+        return "channels", f"auto: channels ({cpus:g} CPUs for {n_hosts} host actors)"
+    return "calls", (
+        f"auto: calls ({cpus:g} CPUs for {n_hosts} host actors; a compiled graph's hosts poll "
+        f"for their next superstep: channels from {n_hosts + 2} CPUs)"
+    )
 
 
 @dataclass
@@ -243,4 +263,4 @@ def make_transport(name: str) -> ActorCalls | Channels:
         return ActorCalls()
     if name == "channels":
         return Channels()
-    raise ValueError(f"--transport must be one of {TRANSPORTS}, got {name!r}")
+    raise ValueError(f"--transport must be one of {CHOICES}, got {name!r}")

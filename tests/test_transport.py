@@ -19,7 +19,13 @@ from engine.report import read_rows
 from nodes.conditions import Conditions
 from nodes.host import Host
 from nodes.step import RoundStats, StepOrder, StepOutcome
-from nodes.transport import TRANSPORTS, Channels, make_transport
+from nodes.transport import (
+    DEFAULT_TRANSPORT,
+    TRANSPORTS,
+    Channels,
+    choose_transport,
+    make_transport,
+)
 
 # what must be the same whichever transport: every figure of every round and of the summary
 # (the wall-clock seconds aside)
@@ -93,8 +99,25 @@ def test_the_host_speaks_typed_records_only():
 
 def test_an_unknown_transport_is_refused_in_one_line():
     assert TRANSPORTS == ("calls", "channels")
-    with pytest.raises(ValueError, match=r"--transport must be one of \('calls', 'channels'\)"):
+    with pytest.raises(ValueError, match=r"one of \('auto', 'calls', 'channels'\), got 'grpc'"):
         make_transport("grpc")
+    with pytest.raises(ValueError, match="got 'grpc'"):
+        choose_transport("grpc", 3, 16)
+
+
+def test_auto_takes_channels_only_where_every_host_has_a_cpu_and_two_are_spare():
+    """A compiled graph's hosts poll between supersteps (about half a CPU each): ``auto`` takes
+    channels where the cluster's CPUs cover them and the driver, else actor calls, and says
+    why in the run's summary."""
+    assert choose_transport("auto", 3, 5) == (
+        "channels",
+        "auto: channels (5 CPUs for 3 host actors)",
+    )
+    name, why = choose_transport("auto", 3, 4)
+    assert name == "calls" and "channels from 5 CPUs" in why
+    assert choose_transport("auto", 1, 2)[0] == "calls"  # this 2-core machine, one host
+    assert choose_transport("channels", 6, 2) == ("channels", None)  # asked: as asked
+    assert DEFAULT_TRANSPORT == "auto"
 
 
 # --- the same run either way ----------------------------------------------------------------------
