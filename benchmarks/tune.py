@@ -651,10 +651,19 @@ def _interrupt() -> None:
         signal.raise_signal(signal.SIGUSR1)
 
 
+# Tune reuses a trial's process for the next trial once the previous trial's thread has ended
+# (FunctionTrainable.reset_config); it waits TUNE_FUNCTION_THREAD_TIMEOUT_S (2 s by default) for
+# that and fails the next trial if it waits in vain. A trial that ASHA stops still closes its
+# deployment, which on a loaded 2-core machine can take longer. Set before Ray starts: the trial
+# processes inherit it.
+THREAD_TIMEOUT_S = "60"
+
+
 def _start_ray(args):
     """Start or join Ray (``--address``, ``--dashboard``): its :class:`ClusterInfo`."""
     from cluster.runtime import ClusterError, start_or_join
 
+    os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", THREAD_TIMEOUT_S)
     with usage_errors("--address", (ClusterError,)):
         return start_or_join(args.address, dashboard=args.dashboard or None)
 

@@ -65,6 +65,8 @@ def start_test_ray():
     import ray
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    # as benchmarks/tune.py sets it for its own Ray: its trials' processes inherit it from here
+    os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", "60")
     if not ray.is_initialized():
         ray.init(  # "local": never the two-node test's `ray start` cluster, which plain init joins
             address="local",
