@@ -77,7 +77,14 @@ def test_gpu_ids_without_cuda_are_said_once():
 
 @pytest.mark.ray
 def test_logical_gpus_spread_hosts_and_the_checkpoint_resumes_on_the_cpu(tmp_path, ray_local):
-    from tests.test_two_node_cluster import RAY, _env, _free_port, _RayStart, _report
+    from tests.test_two_node_cluster import (
+        RAY,
+        _env,
+        _free_port,
+        _RayStart,
+        _report,
+        launch_process,
+    )
 
     if not RAY.exists():
         pytest.skip(f"no `ray` command beside {sys.executable}")
@@ -105,15 +112,11 @@ def test_logical_gpus_spread_hosts_and_the_checkpoint_resumes_on_the_cpu(tmp_pat
         assert launch.main([*run, "--out", str(tmp_path / "cpu"), "--transport", "calls"]) == 0
         head.wait_started()
         gpu_run = [a for a in run if a != "--no-progress"]  # with its status lines
-        gpus = subprocess.run(
-            [sys.executable, "launch.py", *gpu_run, "--address", f"127.0.0.1:{port}"]
-            + ["--gpus-per-host", "0.5", "--checkpoint-every", "1", "--out", str(tmp_path / "gpu")]
+        gpus = launch_process(
+            [*gpu_run, "--address", f"127.0.0.1:{port}", "--gpus-per-host", "0.5"]
+            + ["--checkpoint-every", "1", "--out", str(tmp_path / "gpu")]
             + ["--transport", "channels"],  # the reference goes over actor calls
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
+            env,
         )
         assert gpus.returncode == 0, gpus.stderr[-3000:]
     finally:

@@ -105,6 +105,19 @@ class _RayStart:
             self.proc.wait(timeout=10)
 
 
+def launch_process(argv: list[str], env: dict) -> subprocess.CompletedProcess:
+    """``python launch.py ARGV`` in a process of its own (a driver that joins a cluster), its
+    output captured."""
+    return subprocess.run(
+        [sys.executable, "launch.py", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def _report(out: Path) -> tuple[dict, dict, list[dict]]:
     """(summary, config, metrics rows) of the only run under ``out``."""
     (run_dir,) = [p for p in out.iterdir() if (p / "summary.json").is_file()]
@@ -175,27 +188,13 @@ def test_two_raylets_give_one_nodes_results_and_bytes(tmp_path, ray_local, capsy
         assert time.monotonic() - t0 < 60
         nodes[1].wait_started()
 
-        two = subprocess.run(
-            [sys.executable, "launch.py", *RUN, "--address", head_address, "--gpus-per-host", "0.2"]
-            + ["--config", str(config), "--out", str(tmp_path / "two")],
-            cwd=ROOT,
-            env=cluster_env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        on_cluster = [*RUN, "--address", head_address, "--gpus-per-host", "0.2"]
+        on_cluster += ["--config", str(config), "--transport"]
+        two = launch_process([*on_cluster, "calls", "--out", str(tmp_path / "two")], cluster_env)
         assert two.returncode == 0, two.stderr[-3000:]
         # the same over the channels of a compiled graph, whose hosts span both nodes
-        channels = subprocess.run(
-            [sys.executable, "launch.py", *RUN, "--address", head_address, "--gpus-per-host", "0.2"]
-            + ["--config", str(config), "--out", str(tmp_path / "channels")]
-            + ["--transport", "channels"],
-            cwd=ROOT,
-            env=cluster_env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        out = ["--out", str(tmp_path / "channels")]
+        channels = launch_process([*on_cluster, "channels", *out], cluster_env)
         assert channels.returncode == 0, channels.stderr[-3000:]
     finally:
         for node in reversed(nodes):
