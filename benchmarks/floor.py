@@ -270,11 +270,6 @@ def echo_dataset(clients: int):
     return synthetic(n_users=clients, n_items=50, avg_interactions=2, seed=0)
 
 
-def _transport_kw(transport: str) -> dict:
-    """``transport=`` for ``deploy``/``Deployment``."""
-    return {"transport": transport}
-
-
 def _host_share(specs, hosts: list[int], transports: list[str]) -> float:
     """The CPU share of each host when one deployment per host count and transport stands at
     once: ``host_cpu_share`` of all their hosts (at most 1 CPU each)."""
@@ -322,7 +317,7 @@ def measure_protocol(
         h, t = key
         try:
             proto = _make(label, dataset, params, seed)
-            deps[key] = deploy(proto, "packed", h, cpus_per_host=share, **_transport_kw(t))
+            deps[key] = deploy(proto, "packed", h, cpus_per_host=share, transport=t)
         except Exception as e:  # e.g. a transport this runtime does not have
             errors[key] = _error(e)
             continue
@@ -437,10 +432,9 @@ def _run_figures(dep, transport: str, timed: set[int], seconds, losses, key, fig
 def _transport_record(dep) -> dict:
     """What the deployment's transport had to say (a compiled graph not built, torn down or
     rebuilt: the supersteps that went over actor calls instead), and its graph's compile time."""
-    summary = dep.transport_summary() if hasattr(dep, "transport_summary") else {}
     return {
-        "transport_notes": summary.get("notes", []),
-        "compile_seconds": getattr(getattr(dep, "transport", None), "compile_seconds", None),
+        "transport_notes": dep.transport_summary()["notes"],
+        "compile_seconds": getattr(dep.transport, "compile_seconds", None),  # (a graph's only)
     }
 
 
@@ -472,7 +466,7 @@ def empty_superstep(
     specs = [NodeSpec(EmptyNode, node_id("user", i), packable=True) for i in range(hosts)]
     nids = [s.nid for s in specs]
     t0 = time.perf_counter()
-    dep = Deployment(specs, seed=0, placement="packed", hosts=hosts, **_transport_kw(transport))
+    dep = Deployment(specs, seed=0, placement="packed", hosts=hosts, transport=transport)
     setup = time.perf_counter() - t0
     times = []
     try:

@@ -355,6 +355,17 @@ def group_host_bundles(group, count: int) -> list[int]:
     return list(range(n - count, n))
 
 
+def usable_cpus() -> float:
+    """The CPUs the cluster has for its processes: what Ray declares, at most this machine's
+    cores on each of its nodes (a local instance may declare more than it has, as the tests'
+    does); 0 without Ray."""
+    if not ray.is_initialized():
+        return 0.0
+    declared = ray.cluster_resources().get("CPU", 0.0)
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    return min(declared, (os.cpu_count() or 1) * max(nodes, 1))
+
+
 def host_cpu_share(count: int, cap: float = 1.0) -> float:
     """The CPU share each of ``count`` host actors asks for by default: the cluster's CPUs
     divided among them, at most ``cap`` (a host's work is mostly serial), and small enough that

@@ -41,7 +41,7 @@ from ray.exceptions import RayActorError
 
 from cluster.ledger import Ledger, is_eval_phase
 from cluster.message import join_batch
-from cluster.runtime import PlacedActors, host_cpu_share, spawn_spread
+from cluster.runtime import PlacedActors, host_cpu_share, spawn_spread, usable_cpus
 from data.partition import partition_users
 from nodes.conditions import Conditions
 from nodes.envelope import senders_by_role
@@ -155,7 +155,6 @@ class Deployment:
         ("meta": a tensor a node creates without its ``ctx.device`` breaks the run).
         ``transport``: how supersteps travel, ``calls``, ``channels`` or ``auto`` (the one that
         suits the cluster's CPUs; nodes/transport.py)."""
-        choose_transport(transport, 1, 0)  # an unknown name is refused before anything starts
         self._calls = ActorCalls()  # starved hosts run their superstep again over actor calls
         # status(text): what the deployment or its protocol is busy with, for a step that takes
         # more than a few seconds (the runner prints it when progress is on; by default nothing)
@@ -174,7 +173,8 @@ class Deployment:
             # Fractions of the cluster's CPUs, at most one each: a host's work is mostly serial.
             cpus_per_host = host_cpu_share(self.n_hosts)
         self.cpus_per_host = cpus_per_host
-        transport, why = choose_transport(transport, self.n_hosts, _cores())
+        # (before any actor starts: an unknown name is refused first)
+        transport, why = choose_transport(transport, self.n_hosts, usable_cpus())
         self.transport = make_transport(transport)
         if why:
             self.transport.notes.append(why)
@@ -573,17 +573,6 @@ class Deployment:
     def close(self) -> None:
         self.transport.close()  # a compiled graph holds the actors: torn down before they are
         self.placed.release()
-
-
-def _cores() -> float:
-    """The CPUs the cluster has for its processes: what Ray declares, at most this machine's
-    cores on each of its nodes (a local instance may declare more than it has, as the tests'
-    does)."""
-    if not ray.is_initialized():
-        return 0.0
-    declared = ray.cluster_resources().get("CPU", 0.0)
-    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
-    return min(declared, (os.cpu_count() or 1) * max(nodes, 1))
 
 
 def _count(n: int, noun: str) -> str:

@@ -49,8 +49,8 @@ def choose_transport(name: str, n_hosts: int, cpus: float) -> tuple[str, str | N
     """The transport ``name`` stands for on a cluster of ``cpus`` CPUs with ``n_hosts`` host
     actors, and a note saying why where it was chosen (``auto``). Raises ValueError for a name
     that is none of :data:`CHOICES`."""
+    _check(name)
     if name != "auto":
-        make_transport(name)  # (refused in one line when unknown)
         return name, None
     if cpus >= n_hosts + 2:
         return "channels", f"auto: channels ({cpus:g} CPUs for {n_hosts} host actors)"
@@ -141,14 +141,15 @@ class Channels:
                 return self._over_calls(hosts, orders, pending)
         # batches the driver holds (a superstep over actor calls before, a checkpoint restored)
         # go to their hosts as references in the orders
-        orders = [
+        # (the fallback below passes them as arguments, with the orders as they came)
+        with_refs = [
             replace(o, batches=refs)
             if (refs := tuple(r for _, r in pending[h] if r is not None))
             else o
             for h, o in enumerate(orders)
         ]
         try:
-            refs = self._graph.execute(tuple(orders))
+            refs = self._graph.execute(tuple(with_refs))
             values = [r.get(timeout=-1) for r in refs]
         except (RayChannelError, RayActorError, RaySystemError, ObjectLostError) as e:
             # a host died during the execution: the graph is gone; the hosts that ran the
@@ -257,10 +258,15 @@ def _ids(hosts: list) -> list:
     return [h._actor_id for h in hosts]
 
 
+def _check(name: str) -> None:
+    """ValueError in one line unless ``name`` is one of :data:`CHOICES`."""
+    if name not in CHOICES:
+        raise ValueError(f"--transport must be one of {CHOICES}, got {name!r}")
+
+
 def make_transport(name: str) -> ActorCalls | Channels:
     """The transport called ``name`` (one of :data:`TRANSPORTS`)."""
-    if name == "calls":
-        return ActorCalls()
-    if name == "channels":
-        return Channels()
-    raise ValueError(f"--transport must be one of {CHOICES}, got {name!r}")
+    _check(name)
+    if name == "auto":
+        raise ValueError("make_transport: 'auto' names no transport; choose_transport picks one")
+    return ActorCalls() if name == "calls" else Channels()
