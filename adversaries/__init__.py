@@ -1,4 +1,4 @@
-"""Adversaries as a run condition (issue 26, items 3–5): fake or compromised participants that play
+"""Adversaries as a run condition: fake or compromised participants that play
 a protocol's role with their own behaviour, the defences of the aggregating role, and the
 exposure of the target items among honest users.
 
@@ -8,10 +8,12 @@ exposure of the target items among honest users.
   (:class:`Threat`, ``Shared.threat``);
 - ``defences.py``: robust aggregation rules (norm bounding, coordinate-wise median, trimmed mean,
   (Multi-)Krum) as pure functions, and their application to row-sparse uploads;
-- ``attacks/``: the attack classes per protocol family, listed in :data:`attacks.ATTACKS`.
+- ``attacks/``: the catalogue of attacks (:data:`attacks.ATTACKS`) and the protocol-free
+  behaviours that a protocol's attack classes mix in (poisoning, malformed messages);
+- ``graph.py``: fake peers joined to a decentralized protocol's user graph.
 
-No Ray here; protocols opt in by declaring ``ATTACK_FAMILY`` and building their specs from
-``self.adversary_plan``.
+No Ray here, and no protocol: a protocol opts in by declaring ``ATTACKS`` (attack name → its class
+in the protocol's own package) and building its specs from ``self.adversary_plan``.
 """
 
 from adversaries.condition import (

@@ -186,9 +186,22 @@ class AdversaryPlan:
         c = self.condition
         return Threat(self.targets, c.er_k, c.defence, c.defence_params)
 
-    def user_class(self, user: int, honest: type) -> type:
-        """The class that plays real user ``user``: the attack's when compromised."""
-        return self.attack_cls if user in self.compromised else honest
+    def role(self, user: int, honest: type, private: dict, *, fake: bool = False):
+        """Who plays participant ``user`` (a user index; VerFedGNN: a party index), and with what.
+
+        Args:
+            user: the participant's index.
+            honest: the protocol's honest role class.
+            private: the participant's constructor arguments.
+            fake: ``user`` is one of the fake users (after the real ones).
+
+        Returns:
+            ``(attack class, private + the adversary's knowledge)`` when ``user`` is fake or
+            compromised, else ``(honest, private)``.
+        """
+        if fake or user in self.compromised:
+            return self.attack_cls, {**private, **self.kwargs()}
+        return honest, private
 
     def kwargs(self) -> dict:
         """The adversary-only constructor arguments of an attack node."""
@@ -209,6 +222,13 @@ class AdversaryPlan:
         }
 
 
+def role_of(plan: AdversaryPlan | None, user: int, honest: type, private: dict, *, fake=False):
+    """:meth:`AdversaryPlan.role` of ``plan``; ``(honest, private)`` in an honest run (None)."""
+    if plan is None:
+        return honest, private
+    return plan.role(user, honest, private, fake=fake)
+
+
 def least_popular(counts: np.ndarray, n: int, seed: int) -> tuple[int, ...]:
     """The ``n`` items with the fewest training interactions, ties broken by a hash of (seed,
     item): deterministic from the seed."""
@@ -227,7 +247,7 @@ def compromised_users(seed: int, users: list[int], n: int, role: str = "user") -
 
 
 def plan_adversaries(protocol, condition: Adversaries, real_users: list[int]) -> AdversaryPlan:
-    """The plan of ``condition`` for ``protocol`` (its dataset, seed and ``ATTACK_FAMILY``), whose
+    """The plan of ``condition`` for ``protocol`` (its dataset, seed and ``ATTACKS``), whose
     participating real users are ``real_users``."""
     from adversaries.attacks import ATTACKS, attack_class
 

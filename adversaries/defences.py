@@ -192,24 +192,6 @@ def aggregate_rows(
     return total
 
 
-def defended_step(table, optimizer, uploads: list[tuple[np.ndarray, np.ndarray]], threat) -> None:
-    """The aggregating role's step on row-sparse ``uploads``: the plain mean
-    (``protocols.sparse_rows.step_on_mean``) without a defence, else the defence's aggregate
-    (:func:`aggregate_rows`), then one optimizer step on ``table``."""
-    from cluster.device import to_device
-    from protocols.sparse_rows import step_on_mean
-
-    if threat is None or not threat.defence:
-        step_on_mean(table, optimizer, uploads)
-        return
-    if not uploads:
-        return
-    total = aggregate_rows(uploads, tuple(table.shape), threat.defence, dict(threat.defence_params))
-    table.grad = to_device(total.astype(np.float32), table.device)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
 def combine(x: np.ndarray, name: str = "", params: Mapping[str, Any] | None = None) -> np.ndarray:
     """The combination of m *dense* updates ``x`` [m, ...] (float64 [...]): their mean (``name``
     ""), or defence ``name`` applied to whole updates — ``norm-bound`` scales each update to the

@@ -27,8 +27,8 @@ from cluster.device import build, to_device
 from data.features import feature_cardinality, feature_values, public_ranges, select_features
 from data.sequences import pooled_interactions, training_prefixes, user_sequences
 from data.types import RecDataset
-from models.dipsgnn import DIPSGNN, KS
-from models.dipsgnn_training import rank_prefixes, train_epoch
+from models.gated_session_gnn import DIPSGNN, KS
+from models.session_training import rank_prefixes, train_epoch
 from models.metrics import ranking_metrics
 from models.trainer import Trainer
 from privacy.feature_perturbation import (

@@ -10,7 +10,7 @@ model, its optimizer and its random streams, and goes one epoch at a time.
 
 Implementations: models/lightgcn.py ``RankingTrainer`` (LightGCN, BPR-MF), models/rating_gnn
 ``RatingTrainer`` (GCN/GAT/GGNN/MF rating models), models/sequential.py ``SequentialTrainer``
-(the DIPSGNN network), models/dgrec_central.py ``HyperGNNTrainer`` (DGREC's model, its ceiling);
+(the DIPSGNN network), protocols/dgrec/central.py ``HyperGNNTrainer`` (DGREC's model, its ceiling);
 models/central.py picks one of the first three by model name. No Ray.
 """
 

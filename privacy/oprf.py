@@ -14,7 +14,7 @@ matcher can compare across users but that nobody without d can compute:
 Because r ↦ r^e is a bijection of Z_N^*, m' is uniform in Z_N^* whatever x is: the key
 server sees random numbers. The matcher sees only tokens; without d it cannot evaluate
 x ↦ token, so enumerating the small id space does not help it (see
-privacy/attacks/dictionary.py). It could still query the key server like a user (an online
+privacy/leakage/dictionary.py). It could still query the key server like a user (an online
 dictionary attack); the defence is the key server's signature budget
 (``privacy.key_server.BlindSigner``, FedPerGNN's ``oprf_budget``): it signs at most that many
 values for one user over a run and refuses the rest, so one identity maps at most that many

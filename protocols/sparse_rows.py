@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from adversaries.defences import aggregate_rows
 from cluster import wire
 from cluster.device import to_device
 
@@ -60,5 +61,28 @@ def step_on_sum(
 ) -> None:
     """One optimizer step on ``table`` with the mean ``total / n`` of n uploads (float64 sum)."""
     table.grad = to_device((total / n).astype(np.float32), table.device)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def defended_step(table, optimizer, uploads: list[tuple[np.ndarray, np.ndarray]], threat) -> None:
+    """The aggregating role's step on row-sparse ``uploads`` under the run's defence.
+
+    Args:
+        table: the item table (a parameter on its device).
+        optimizer: its optimizer.
+        uploads: ``(ids, rows)`` per upload, in the order received.
+        threat: the run's :class:`adversaries.condition.Threat` (None: an honest run).
+
+    Without a defence this is :func:`step_on_mean`; with one, the defence's row-wise aggregate
+    (:func:`adversaries.defences.aggregate_rows`) followed by one optimizer step on ``table``.
+    """
+    if threat is None or not threat.defence:
+        step_on_mean(table, optimizer, uploads)
+        return
+    if not uploads:
+        return
+    total = aggregate_rows(uploads, tuple(table.shape), threat.defence, dict(threat.defence_params))
+    table.grad = to_device(total.astype(np.float32), table.device)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)

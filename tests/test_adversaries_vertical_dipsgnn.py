@@ -31,11 +31,26 @@ def test_defended_vectors_sum_stands_for_the_sum():
     assert np.isclose(max(np.linalg.norm(v) for v in defended_vectors(x, "norm-bound")), 5**0.5)
 
 
-def test_attacks_registered_for_both_families():
-    for name in ("byzantine-scaled", "byzantine-signflip", "byzantine-random"):
-        assert ATTACKS[name].impls["verfedgnn"].startswith("adversaries.attacks.verfedgnn:")
-    for name in ("random", "bandwagon"):
-        assert ATTACKS[name].impls["dipsgnn"].startswith("adversaries.attacks.dipsgnn:")
+def test_every_declared_attack_is_in_the_catalogue_and_its_class_plays_the_role():
+    from adversaries.attacks import attack_class
+    from protocols import get_protocol, protocol_names
+
+    declared = {n: get_protocol(n).ATTACKS for n in protocol_names() if get_protocol(n).ATTACKS}
+    assert set(declared["verfedgnn"]) == {
+        "byzantine-scaled",
+        "byzantine-signflip",
+        "byzantine-random",
+        "malformed",
+    }
+    assert set(declared["dipsgnn"]) == {"random", "bandwagon", "malformed"}
+    for name, attacks in declared.items():
+        protocol = get_protocol(name)
+        for attack, target in attacks.items():
+            assert attack in ATTACKS, (name, attack)
+            cls = attack_class(attack, protocol)
+            # the class lives in the protocol's own package and is an adversary
+            assert cls.__module__ == target.partition(":")[0], (name, attack)
+            assert getattr(cls, "adversary", False), (name, attack)
 
 
 def test_verfedgnn_compromises_parties_by_party_id_and_refuses_fake_ones():

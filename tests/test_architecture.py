@@ -1,5 +1,6 @@
 """The shape of the tree: the engine never names a built-in protocol (it knows protocols only
-through their declarations), and the packages import each other without a cycle."""
+through their declarations), adversaries know no protocol (a protocol declares its attacks), and
+the packages — every one of the tree — import each other without a cycle."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ from pathlib import Path
 from protocols import BUILTIN
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("cluster", "nodes", "engine", "protocols", "models", "privacy", "data")
+# every package of the tree: a top-level folder with an __init__.py (tests and examples aside)
+PACKAGES = tuple(
+    sorted(
+        p.name
+        for p in ROOT.iterdir()
+        if (p / "__init__.py").is_file() and p.name not in ("tests", "examples")
+    )
+)
 
 
 def _engine_tokens():
@@ -81,6 +89,28 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def _files():
     for pkg in PACKAGES:
         yield from sorted((ROOT / pkg).rglob("*.py"))
+
+
+def test_every_package_is_covered():
+    # the packages pyproject installs are the ones checked here, and none is forgotten
+    import tomllib
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    installed = {p.rstrip("*") for p in include["packages"]["find"]["include"]}
+    assert installed <= set(PACKAGES), sorted(installed - set(PACKAGES))
+    assert {"adversaries", "benchmarks", "engine", "protocols"} <= set(PACKAGES)
+
+
+def test_adversaries_import_no_protocol():
+    """A protocol declares its attacks (``ATTACKS``) and imports adversaries' behaviours and
+    defences; adversaries/ never imports a protocol, so the dependency runs one way."""
+    found = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in sorted((ROOT / "adversaries").rglob("*.py"))
+        for name in _imports(path, top_level_only=False)
+        if name.split(".")[0] == "protocols"
+    ]
+    assert not found, "adversaries/ imports protocols:\n" + "\n".join(found)
 
 
 def test_packages_import_each_other_without_a_cycle():

@@ -1,4 +1,4 @@
-"""The ``malformed`` attack (issue 42, adversaries/attacks/malformed.py) against every protocol:
+"""The ``malformed`` attack (adversaries/attacks/malformed.py) against every protocol:
 compromised participants forge senders, write to nodes they may not address, inflate declared
 lengths, truncate payloads, send out-of-range RSA values, unordered tokens and messages to peers
 that are not their neighbours. The run completes; what the receivers' checks caught is counted

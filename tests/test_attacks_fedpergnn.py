@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from scipy import stats
 
 from privacy import oprf
-from privacy.attacks import (
+from privacy.leakage import (
     dictionary_attack,
     infer_positive_items,
     precision_recall_f1,
@@ -223,7 +223,7 @@ def test_real_rows_stand_out_from_pseudo_rows_by_rank(seed):
     """Rating-loss gradients are (error × a shared direction): low rank. Pseudo rows drawn from
     the per-coordinate Gaussian fitted to them are not, and the residual split finds the real
     rows; Laplace noise far above the signal hides them again."""
-    from privacy.attacks import infer_real_rows
+    from privacy.leakage import infer_real_rows
     from privacy.ldp import pseudo_item_gradients
 
     gen = torch.Generator().manual_seed(seed)

@@ -313,7 +313,7 @@ def test_fedlightgcn_one_run_audit_is_below_even_the_per_coordinate_figure():
 
 def test_dipsgnn_one_run_audit_through_the_curators_training():
     """End to end (quick: 500 canary edges, each in its prefix or not, trained for 2 epochs by
-    models.dipsgnn_training.train_epoch at the σ calibrated for ε2 = 2 over those releases): the
+    models.session_training.train_epoch at the σ calibrated for ε2 = 2 over those releases): the
     one-run bound is informative and below the accountant's 2; the same run with the model's
     noise at σ/4 while the accountant still charges σ (a planted bug) measures above 2."""
     _, tight = ba.dipsgnn_one_run_configs(quick=True)

@@ -1,5 +1,5 @@
-"""The de-anonymization attack (privacy/attacks/deanonymization.py) and its VerFedGNN set-up
-(protocols/verfedgnn/attack.py): the subset search against brute force, exact matching of
+"""The de-anonymization attack (privacy/leakage/deanonymization.py) and its VerFedGNN set-up
+(protocols/verfedgnn/deanonymization.py): the subset search against brute force, exact matching of
 individual embeddings, the micro scores, and the ordering FedPerGNN-style ≫ VerFedGNN."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from privacy.attacks.deanonymization import (
+from privacy.leakage.deanonymization import (
     choose_adversarial_items,
     match_aggregates,
     match_neighbour_embeddings,
@@ -18,7 +18,7 @@ from privacy.attacks.deanonymization import (
 )
 from privacy.projection import GaussianProjection, project, reconstruct
 from protocols.verfedgnn.aggregation import gcn_party_aggregate
-from protocols.verfedgnn.attack import items_by_user, simulate, with_adversaries
+from protocols.verfedgnn.deanonymization import items_by_user, simulate, with_adversaries
 
 
 def _world(n_users: int, n_items: int, seed: int, lo: int = 1, hi: int = 6):

@@ -1,4 +1,4 @@
-"""DGREC's batched stage 2 (models/dgrec_batched.py): B users in one pass give each user what its
+"""DGREC's batched stage 2 (protocols/dgrec/batched.py): B users in one pass give each user what its
 own model gives it alone — per-user copies (the protocol) and one shared copy (central HyperGNN)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from models.dgrec import DGRECUserModel, build_user_hypergraph
-from models.dgrec_batched import (
+from protocols.dgrec.model import DGRECUserModel, build_user_hypergraph
+from protocols.dgrec.batched import (
     HypergraphBatch,
     encode_batch,
     loss_batch,

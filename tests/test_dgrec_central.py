@@ -1,4 +1,4 @@
-"""Centralized HyperGNN (models/dgrec_central.py): DGREC's model with one shared copy learns, and
+"""Centralized HyperGNN (protocols/dgrec/central.py): DGREC's model with one shared copy learns, and
 bad input is named."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from data.graphs import user_graph
 from data.synthetic import synthetic
-from models.dgrec_central import HyperGNNTrainer
+from protocols.dgrec.central import HyperGNNTrainer
 
 
 def trainer(**kw) -> HyperGNNTrainer:

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 import torch
 from torch_geometric.nn import HypergraphConv
 
-from models.dgrec import (
+from protocols.dgrec.model import (
     DGRECUserModel,
     DLGNNUserModel,
     build_user_hypergraph,

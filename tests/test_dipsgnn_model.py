@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from data.sequences import pad_behaviour_graphs, training_prefixes
-from models.dipsgnn import DIPSGNN, batch_tensors
+from models.gated_session_gnn import DIPSGNN, batch_tensors
 
 N_ITEMS = 12
 PREFIXES = [np.array([1, 4, 1, 7]), np.array([3]), np.array([5, 6, 2, 6, 0])]

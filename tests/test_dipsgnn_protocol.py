@@ -218,7 +218,7 @@ def test_tiny_run_beats_random_and_popularity(ray_local):
 
 def test_edgerand_noise_is_fixed_per_example_and_symmetric():
     from data.sequences import pad_behaviour_graphs
-    from models.dipsgnn_training import edgerand_noise
+    from models.session_training import edgerand_noise
 
     prefixes = [np.array([3, 1, 3, 2]), np.array([5, 6])]
     a = pad_behaviour_graphs(prefixes)

@@ -13,8 +13,8 @@ import torch
 from dp_accounting import rdp
 
 from data.sequences import training_prefixes
-from models.dipsgnn import DIPSGNN
-from models.dipsgnn_training import _batch
+from models.gated_session_gnn import DIPSGNN
+from models.session_training import _batch
 from privacy.calibration import dpsgd_epsilon, dpsgd_noise_multiplier
 from protocols.dipsgnn.dpsgd import (
     clip_per_user,

@@ -15,7 +15,7 @@ from cluster import wire
 from cluster.message import Message, index_of
 from data.synthetic import synthetic
 from engine import deploy, run_rounds
-from models.fedpergnn_gat import (
+from protocols.fedpergnn.gat_model import (
     LocalGAT,
     build_local_gat_graph,
     local_gat_forward,

@@ -20,7 +20,7 @@ from engine import deploy, rounds, run_rounds
 from models.baselines import popularity_metrics
 from nodes.node import NodeContext
 from privacy import oprf
-from privacy.attacks import dictionary_attack
+from privacy.leakage import dictionary_attack
 from protocols import get_protocol
 from protocols.base import ConfigError, build_config
 from protocols.fedpergnn import messages as msg
@@ -438,7 +438,7 @@ def test_privacy_accounts_every_upload(shared_run):
 
 def _attack_f1(params: dict) -> float:
     """Mean F1 of the server's positive-item inference over the uploads the user code sends."""
-    from privacy.attacks import infer_positive_items, precision_recall_f1
+    from privacy.leakage import infer_positive_items, precision_recall_f1
 
     ds = small_dataset(n_users=20, n_items=200, avg=15)
     cfg = build_config(FedPerGNN.Config, {**BASE, **params})

@@ -156,7 +156,7 @@ def test_bad_input_raises_value_error(key, call):
 
 def test_unsigned_hash_token_is_no_oprf_token(key):
     """The keyless guess SHA-256(label ‖ H(x)) that a matcher can evaluate never equals the token."""
-    from privacy.attacks import dictionary_attack
+    from privacy.leakage import dictionary_attack
 
     n = oprf.public_numbers(key).n
     ids = list(range(30))

@@ -149,6 +149,46 @@ def test_local_step_is_the_authors_two_optimizer_loop():
     assert np.allclose(decode_table(sent.payload, n_items, dim), expected, rtol=1e-4, atol=1e-4)
 
 
+def test_the_plugins_attack_changes_the_upload_and_its_defence_resists_it():
+    """PFedRec declares attacks played by classes of its own package (attacks.py): a compromised
+    client uploads E + scale·(Ẽ_u − E) where its honest twin uploads Ẽ_u; the server's eq. (5)
+    under ``--defence median`` keeps the honest clients' table, the plain mean does not."""
+    import numpy as np
+    import torch
+    from privrec_pfedrec.attacks import ByzantineScaled
+    from privrec_pfedrec.config import PFedRecConfig, PFedRecPublic
+    from privrec_pfedrec.messages import decode_table
+    from privrec_pfedrec.protocol import PFedRec
+    from privrec_pfedrec.roles import PFedRecUser, _train, defended_mean
+
+    from adversaries.attacks import attack_class
+    from adversaries.condition import Knowledge, Threat
+    from nodes.node import NodeContext, Shared
+    from protocols.base import build_config
+
+    assert attack_class("byzantine-scaled", PFedRec) is ByzantineScaled
+    n_items, dim = 40, 4
+    cfg = build_config(PFedRecConfig, {"dim": dim, "batch_size": 8})
+    ctx = NodeContext(3, torch.device("cpu"), Shared(cfg, PFedRecPublic(10, n_items, 3)))
+    train, test = np.array([2, 5, 11, 30]), np.array([7])
+    know = Knowledge(np.array([0]), {"scale": 5.0}, np.ones(n_items, np.int64), [], 4)
+    honest = PFedRecUser("user/1", ctx, train, test)
+    bad = ByzantineScaled("user/1", ctx, train, test, knowledge=know)
+    assert bad.adversary and not len(bad.test_items)  # an adversary is not evaluated
+    table = np.random.default_rng(1).normal(size=(n_items, dim)).astype(np.float32)
+    _train([honest], [table])
+    _train([bad], [table])
+    up_h = decode_table(honest._outbox[0].payload, n_items, dim)
+    up_b = decode_table(bad._outbox[0].payload, n_items, dim)
+    assert not np.allclose(up_h, table)  # the honest client changed some rows
+    assert np.allclose(up_b - table, 5.0 * (up_h - table), atol=1e-5)
+    # three honest uploads (the same) and one scaled: median keeps the honest table, mean not
+    uploads = [up_h, up_h, up_h, up_b]
+    median = defended_mean(table, uploads, Threat((0,), 10, "median", ()))
+    assert np.allclose(median, up_h, atol=1e-5)
+    assert not np.allclose(np.mean(uploads, axis=0), up_h, atol=1e-3)
+
+
 @pytest.mark.slow
 @needs_shared_data
 @pytest.mark.ray

@@ -181,7 +181,7 @@ def test_ctrl_c_in_a_round_says_which_what_was_saved_and_how_to_resume(
         f"launch.py: interrupted in round 2; resume with --resume {run_b}: it goes on from round "
         "2 (the 3rd of 3), where its checkpoint was written"
     )
-    assert load_checkpoint(run_b)["next_round"] == 2
+    assert load_checkpoint(run_b).next_round == 2
     assert launch.main(["--resume", str(run_b), "--no-progress"]) == 0
     assert [r["round"] for r in read_rows(run_b)] == [0, 1, 2]
 
@@ -190,7 +190,7 @@ def test_ctrl_c_in_a_round_says_which_what_was_saved_and_how_to_resume(
 def test_help_lists_the_protocols_with_attacks_from_the_registry():
     from protocols import get_protocol, protocol_names
 
-    with_attacks = [n for n in protocol_names() if getattr(get_protocol(n), "ATTACK_FAMILY", None)]
+    with_attacks = [n for n in protocol_names() if getattr(get_protocol(n), "ATTACKS", None)]
     assert {"dgrec", "dmf", "verfedgnn", "fedmf", "fedpergnn", "fedlightgcn"} <= set(with_attacks)
     for parser in (launch.build_parser(), launch.build_compare_parser()):
         text = " ".join(parser.format_help().split())

@@ -153,8 +153,8 @@ def test_mechanisms_draw_through_a_numpy_generator():
 
 
 def test_dipsgnn_noise_draws_through_a_numpy_generator():
-    from models.dipsgnn import DIPSGNN
-    from models.dipsgnn_training import edgerand_noise
+    from models.gated_session_gnn import DIPSGNN
+    from models.session_training import edgerand_noise
     from protocols.dipsgnn.dpsgd import dpsgd_step  # noqa: F401  (takes either generator too)
 
     model = DIPSGNN(10, 0, use_features=False, hidden_dim=4, user_dim=2, steps=1, sigma=2.0)

@@ -63,6 +63,7 @@ def test_the_commands_cover_what_the_issue_asks():
     assert any("--dropout 0.3" in c and "--dry-run" not in c for c in runs)
     assert any("--kill-host" in c and "--dry-run" not in c for c in runs)
     assert any("--laplace-scale" in c for c in runs)  # and a run that reports its ε
+    assert any("--attack byzantine-scaled" in c and "--defence" in c for c in runs)
     assert sum("--dry-run" in c for c in runs) <= 1
 
 
@@ -92,10 +93,16 @@ def test_tutorial_commands_run_as_written(tmp_path):
     assert all(r["status"] == "ok" for r in rows.values()), rows
     assert rows["pfedrec"]["value"] > 0 and rows["pfedrec"]["ratio"] is not None
     # the two single runs: dropout with the LDP variant (a finite ε), then the killed host
-    first, second = sorted(p for p in runs.iterdir() if p.name.endswith("-pfedrec"))
+    first, second, third = sorted(p for p in runs.iterdir() if p.name.endswith("-pfedrec"))
     dropout = json.loads((first / "summary.json").read_text())
     assert dropout["conditions"]["dropout"] == 0.3
     assert math.isfinite(dropout["privacy"]["epsilon"]) and dropout["privacy"]["epsilon"] > 0
     killed = json.loads((second / "summary.json").read_text())
     assert [f["round"] for f in killed["faults"]] == [1]
     assert killed["metrics"]["recall@20"] > 0  # its clients are back for the last round
+    # the attack the plugin declares, played by its own class, against the median
+    attacked = json.loads((third / "summary.json").read_text())
+    adv = attacked["adversaries"]
+    assert adv["attack"] == "byzantine-scaled" and adv["defence"] == "median"
+    assert adv["compromised_users"] == round(0.05 * 943) and adv["fake_users"] == 0
+    assert attacked["status"] == "ok" and attacked["metrics"]["recall@20"] > 0

@@ -11,7 +11,7 @@ import torch
 from cluster import wire
 from data.synthetic import synthetic
 from engine import deploy, run_rounds
-from privacy.attacks.deanonymization import match_aggregates
+from privacy.leakage.deanonymization import match_aggregates
 from privacy.projection import GaussianProjection, reconstruct
 from protocols.base import ConfigError, build_config
 from protocols.verfedgnn.messages import decode_public

@@ -1,14 +1,16 @@
-"""The attacks: name → what it does, how its adversaries join, its parameters, and the class that
-plays it in each protocol family (a protocol's ``ATTACK_FAMILY``). ``--help`` lists them.
+"""The catalogue of attacks: name → what it does, how its adversaries join, its paper and its
+parameters. ``--help`` lists them.
 
-An attack class subclasses the protocol's user role and overrides the step that produces the
-upload (fedmf: ``upload_item_grads``; FedPerGNN/FedLightGCN: ``perturb_upload``), so its upload
-goes through the protocol's own encoder; it reports no evaluation figures. In VerFedGNN the
-adversaries are compromised *parties* (verfedgnn.py: crafted aggregates and gradients, within the
-ternary code); in DIPSGNN fake users whose uploads are outputs of the LDP mechanism (dipsgnn.py).
-In dmf and DGREC/DLGNN the step is the one that produces what a peer gossips (dmf.py:
-``tamper_upload``, before ``encode_item_grads``; dgrec.py: ``encode_own``, the share's eq.-5 code),
-and fake peers befriend real users in the user graph (adversaries/graph.py).
+A protocol declares which attacks its roles can play, and with which classes, in its ``ATTACKS``
+(attack name → ``"module:Class"``, as it declares ``PAPER`` and ``QUICK``); the classes live in the
+protocol's own package (``protocols/fedmf/attacks.py``, a plugin's ``attacks.py``). An attack class
+subclasses the protocol's participant role and overrides the step that produces the upload
+(fedmf, dmf, FedPerGNN/FedLightGCN: ``tamper_upload``; DGREC: ``encode_own``; VerFedGNN's
+compromised parties: ``tamper_aggregates``/``tamper_gradient``), so its upload goes through the
+protocol's own encoder; it reports no evaluation figures. The protocol-free behaviours they mix in
+are here: :mod:`adversaries.attacks.poisoning` (data and model poisoning of row-sparse uploads),
+:mod:`adversaries.attacks.common` (their building blocks) and :mod:`adversaries.attacks.malformed`
+(hostile messages). Nothing in this package imports a protocol.
 """
 
 from __future__ import annotations
@@ -25,28 +27,6 @@ class Attack:
     joins: str  # "fake": extra users; "compromised": real users taken over
     paper: str
     params: Mapping[str, tuple[type, Any, str]] = field(default_factory=dict)
-    impls: Mapping[str, str] = field(default_factory=dict)  # ATTACK_FAMILY -> "module:Class"
-
-
-def _impls(cls: str) -> dict[str, str]:
-    return {
-        "fedmf": f"adversaries.attacks.fedmf:{cls}",
-        "fedpergnn": f"adversaries.attacks.fedpergnn:{cls}",
-        "dmf": f"adversaries.attacks.dmf:{cls}",
-        **({"dgrec": f"adversaries.attacks.dgrec:{cls}"} if cls in _DGREC else {}),
-    }
-
-
-# DGREC/DLGNN's attacks (adversaries/attacks/dgrec.py); FedRecAttack's promotion loss assumes
-# dot-product scores, which DGREC's MLP scorer does not have: not there yet
-_DGREC = {
-    "RandomFake",
-    "BandwagonFake",
-    "PipAttack",
-    "ByzantineScaled",
-    "ByzantineSignFlip",
-    "ByzantineRandom",
-}
 
 
 POPULAR = {"popular_share": (float, 0.1, "share of items, most popular first, called popular")}
@@ -56,14 +36,12 @@ ATTACKS: dict[str, Attack] = {
         "fake",
         "random attack, Lam & Riedl (WWW 2004)",
         {},
-        _impls("RandomFake"),
     ),
     "bandwagon": Attack(
         "fake users whose profile is the targets and popular filler items; then honest",
         "fake",
         "bandwagon attack, Mobasher et al. (ACM TOIT 2007)",
         POPULAR,
-        _impls("BandwagonFake"),
     ),
     "fedrecattack": Attack(
         "fake users upload target-row gradients that lift the targets into the top K of users "
@@ -71,7 +49,6 @@ ATTACKS: dict[str, Attack] = {
         "fake",
         "FedRecAttack, Rong et al. (ICDE 2022)",
         {"public_fraction": (float, 0.1, "share of every user's interactions that is public")},
-        _impls("FedRecAttack"),
     ),
     "pipattack": Attack(
         "fake users upload target-row gradients that pull the targets towards the popular "
@@ -79,28 +56,24 @@ ATTACKS: dict[str, Attack] = {
         "fake",
         "PipAttack, Zhang et al. (WSDM 2022)",
         POPULAR,
-        _impls("PipAttack"),
     ),
     "byzantine-scaled": Attack(
         "compromised users upload their honest update times scale",
         "compromised",
         "Byzantine updates, Blanchard et al. (NeurIPS 2017)",
         {"scale": (float, 10.0, "multiplier of the honest update")},
-        _impls("ByzantineScaled"),
     ),
     "byzantine-signflip": Attack(
         "compromised users upload their honest update times -scale",
         "compromised",
         "sign flipping, Damaskinos et al. (ICML 2018)",
         {"scale": (float, 1.0, "multiplier of the flipped update")},
-        _impls("ByzantineSignFlip"),
     ),
     "byzantine-random": Attack(
         "compromised users upload Gaussian rows with their honest rows' norms times scale",
         "compromised",
         "random Byzantine updates, Blanchard et al. (NeurIPS 2017)",
         {"scale": (float, 1.0, "multiplier of the honest rows' norms")},
-        _impls("ByzantineRandom"),
     ),
     "malformed": Attack(
         "compromised participants add hostile messages to their honest ones: forged senders, "
@@ -116,29 +89,35 @@ ATTACKS: dict[str, Attack] = {
                 "run whose adversaries are honest but not evaluated)",
             )
         },
-        {
-            family: f"adversaries.attacks.{family}:Malformed"
-            for family in ("fedmf", "fedpergnn", "dmf", "dgrec", "verfedgnn", "dipsgnn")
-        },
     ),
 }
 
-# the protocols whose adversaries are not row-sparse uploaders: VerFedGNN's compromised parties
-# (attacks/verfedgnn.py: crafted aggregates and ternary gradients) and DIPSGNN's fake users
-# (attacks/dipsgnn.py: crafted sequences, features drawn through the LDP mechanism)
-for _family, _classes in (
-    (
-        "verfedgnn",
-        {
-            "byzantine-scaled": "ByzantineScaled",
-            "byzantine-signflip": "ByzantineSignFlip",
-            "byzantine-random": "ByzantineRandom",
-        },
-    ),
-    ("dipsgnn", {"random": "RandomFake", "bandwagon": "BandwagonFake"}),
-):
-    for _name, _cls in _classes.items():
-        ATTACKS[_name].impls[_family] = f"adversaries.attacks.{_family}:{_cls}"
+# the name of the class that plays each attack in a protocol's attack module, by convention (the
+# names of adversaries/attacks/poisoning.py and malformed.py, which those classes mix in)
+CLASS_NAMES = {
+    "random": "RandomFake",
+    "bandwagon": "BandwagonFake",
+    "fedrecattack": "FedRecAttack",
+    "pipattack": "PipAttack",
+    "byzantine-scaled": "ByzantineScaled",
+    "byzantine-signflip": "ByzantineSignFlip",
+    "byzantine-random": "ByzantineRandom",
+    "malformed": "Malformed",
+}
+
+
+def declared_in(module: str, *names: str) -> dict[str, str]:
+    """A protocol's ``ATTACKS`` when ``module`` defines, for each attack it plays, the class named
+    in :data:`CLASS_NAMES` (every attack of the catalogue unless ``names`` picks some).
+
+    Args:
+        module: the protocol's attack module, e.g. ``"protocols.fedmf.attacks"``.
+        *names: the attacks it plays (default: every one of :data:`CLASS_NAMES`).
+
+    Returns:
+        attack name → ``"module:Class"``.
+    """
+    return {n: f"{module}:{CLASS_NAMES[n]}" for n in (names or CLASS_NAMES)}
 
 
 def typed_params(name: str, values) -> dict[str, Any]:
@@ -169,20 +148,33 @@ def typed_params(name: str, values) -> dict[str, Any]:
     return out
 
 
-def families() -> list[str]:
-    return sorted({f for a in ATTACKS.values() for f in a.impls})
+def protocols_playing(name: str, protocols) -> list[str]:
+    """The names among ``protocols`` (name → protocol class) whose ``ATTACKS`` declare ``name``."""
+    return [p for p, cls in protocols.items() if name in getattr(cls, "ATTACKS", {})]
 
 
 def attack_class(name: str, protocol) -> type:
-    """The class that plays attack ``name`` in ``protocol`` (by its ``ATTACK_FAMILY``)."""
+    """The class that plays attack ``name`` in ``protocol``.
+
+    Args:
+        name: an attack of :data:`ATTACKS`.
+        protocol: a protocol (class or instance) whose ``ATTACKS`` maps attack names to
+            ``"module:Class"``.
+
+    Returns:
+        The attack class, imported.
+
+    Raises:
+        AdversaryError: the protocol declares no class for ``name``.
+    """
     from adversaries.condition import AdversaryError
 
-    family = getattr(protocol, "ATTACK_FAMILY", None)
-    target = ATTACKS[name].impls.get(family) if family else None
+    target = getattr(protocol, "ATTACKS", {}).get(name)
     if target is None:
+        played = ", ".join(getattr(protocol, "ATTACKS", {})) or "none"
         raise AdversaryError(
-            f"attack: {name} has no adversary role in protocol {protocol.name} yet (attack "
-            f"families: {', '.join(families())})"
+            f"attack: {name} has no adversary role in protocol {protocol.name} yet (its attacks: "
+            f"{played})"
         )
     module, _, attr = target.partition(":")
     return getattr(importlib.import_module(module), attr)

@@ -1,4 +1,4 @@
-"""DGREC's privacy audits (issue 44; privacy/audit.py explains the statistics): its share as a
+"""DGREC's privacy audits (privacy/audit.py explains the statistics): its share as a
 member gossips it, through ``messages.encode_gradient`` and the receiver's decoding. Used by
 :meth:`DGREC.audits <protocols.dgrec.protocol.DGREC.audits>` (``--audit``: the run's own
 parameters) and by ``python -m benchmarks.audit`` (the catalogue)."""

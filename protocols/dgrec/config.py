@@ -5,11 +5,11 @@ gradients, so in expectation a step moves an element by at most lr·δ, while it
 deviation lr·δ·coth(β/2)/√k (k gradients; 0.216/√k at δ = 0.1, β = 1). The item-embedding
 gradients of eq. 3 are far below δ per element (BPR summed over ``pairs`` pairs), so lr must be
 large. Defaults: lr 0.5, 64 pairs, 12 neighbourhoods a round (most users train every round); δ, β,
-H, n_u keep the paper's values. ``model = "lightgcn"`` (models/dgrec.py ``DLGNNUserModel``) is the
+H, n_u keep the paper's values. ``model = "lightgcn"`` (protocols/dgrec/model.py ``DLGNNUserModel``) is the
 DLGNN baseline (protocols/dlgnn/).
 
 Ablations (the paper's Table 3): ``use_hypergraph``, ``use_bipartite``, ``interest_attention``,
-``pearson`` (models/dgrec.py), ``use_public`` (no neighbours' publicized items), and
+``pearson`` (protocols/dgrec/model.py), ``use_public`` (no neighbours' publicized items), and
 ``mechanism = "laplace"`` (clip + Laplace(λ) float gradients instead of one-bit; λ = 2δ/β by default,
 the same per-element ε) or ``"float"`` (raw float gradients, no privacy).
 
@@ -52,7 +52,7 @@ class DGRECConfig(ProtocolConfig):
         *("lr", "lr_decay", "lr_cooldown_at", "lr_cooldown_rounds"),
     )
 
-    # model (stage 2); "lightgcn" is the DLGNN baseline (models/dgrec.py DLGNNUserModel)
+    # model (stage 2); "lightgcn" is the DLGNN baseline (protocols/dgrec/model.py DLGNNUserModel)
     model: str = "dgrec"  # dgrec (the paper) | lightgcn (the DLGNN baseline)
     layers: int = 2  # LightGCN layers (model = "lightgcn")
     dim: int = 16  # d, embedding size

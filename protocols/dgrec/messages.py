@@ -144,7 +144,7 @@ def shared_size(shared) -> int:
     """n_s, the length of a shared gradient: the model's shared parameters (public sizes only)."""
 
     def count(sh) -> int:
-        from models.dgrec_factory import model_class, model_kwargs, split_parameters
+        from protocols.dgrec.factory import model_class, model_kwargs, split_parameters
 
         model = model_class(sh.config)(**model_kwargs(sh.config, sh.public))
         return sum(p.numel() for p in split_parameters(model)[0])

@@ -3,7 +3,7 @@
 There is no server: every participant is a user node, and every message goes user → user along
 the inter-user graph of data/graphs.py (the dataset's social/trust links; for ml-100k users of the
 same zip-code prefix and occupation, as the paper does for Book-Crossing). Every user holds its own
-DGREC model (models/dgrec.py: item table, W1…W5, MLP); all copies start from one public
+DGREC model (protocols/dgrec/model.py: item table, W1…W5, MLP); all copies start from one public
 initialisation derived from the run's seed.
 
 Stage 1 — graphs (round 0, before the first training round)
@@ -12,10 +12,10 @@ Stage 1 — graphs (round 0, before the first training round)
                drawn with its own RNG, and sends the item ids to its 1-hop neighbours
                (``public_items``). Its other interactions never leave it.
 ``setup``      each user builds its inner-item hypergraph: nodes = its own items ∪ the publicized
-               items its neighbours sent, hyperedges = item tags (A_u, D_v, D_t in models/dgrec.py),
+               items its neighbours sent, hyperedges = item tags (A_u, D_v, D_t in protocols/dgrec/model.py),
                and computes its initial loss L_u (eq. 3 on a pair sample) for eq. 4.
 
-Stage 2 — the local model (models/dgrec.py, no traffic): hypergraph convolution over the user's
+Stage 2 — the local model (protocols/dgrec/model.py, no traffic): hypergraph convolution over the user's
 inner-item hypergraph, interest extraction with the Pearson term L_P (eq. 1), the user embedding,
 ŷ = MLP(e_u ‖ e_i), and the loss L_u (eq. 3: BPR over ``pairs`` pairs + λ_P·L_P + λ_2·‖Θ‖²).
 
@@ -70,7 +70,7 @@ no handler and receives nothing: it is not sampled, does not train, share or for
 
 With everyone online each of these does exactly what it does without run conditions.
 
-Adversaries (``--adversaries``, adversaries/attacks/dgrec.py, DLGNN too): compromised members,
+Adversaries (``--adversaries``, protocols/dgrec/attacks.py, DLGNN too): compromised members,
 or fake peers befriending real users (adversaries/graph.py), replace their encoded share with a
 crafted one (one-bit: signs of their choosing, still one bit per coordinate) and forward the
 others' honestly. With a defence (``--defence``) each member decodes the k shares it holds with
@@ -84,8 +84,8 @@ best on them, and is evaluated with that model (protocols/dgrec/ranking.py).
 
 Parameters, the step-size note (lr, not stated by the paper) and the ablations (the paper's
 Table 3) are in protocols/dgrec/config.py; the wire formats in protocols/dgrec/messages.py; the
-user node that runs each phase in protocols/dgrec/roles.py; the local model in models/dgrec.py
-(built by models/dgrec_factory.py); the pure sampler and gossip schedule, checked against these
+user node that runs each phase in protocols/dgrec/roles.py; the local model in protocols/dgrec/model.py
+(built by protocols/dgrec/factory.py); the pure sampler and gossip schedule, checked against these
 messages by the tests, in protocols/dgrec/sampling.py. ``model = "lightgcn"`` is the DLGNN
 baseline (protocols/dlgnn/).
 """
@@ -98,11 +98,12 @@ import numpy as np
 import scipy.sparse as sp
 from dp_accounting import dp_event
 
+from adversaries.attacks import declared_in
+from adversaries.condition import role_of
 from adversaries.graph import with_fake_peers
 from cluster.message import node_id
 from data.graphs import user_graph
 from data.types import RecDataset
-from models.dgrec_factory import n_shared
 from nodes.deployment import Deployment, NodeSpec, mean_report, mean_reports
 from nodes.node import Shared
 from privacy.accountant import (
@@ -114,6 +115,7 @@ from privacy.accountant import (
 from privacy.ldp import laplace_epsilon_per_coordinate
 from protocols.base import PaperClaim, PaperFigure, PrivacyReport, Protocol
 from protocols.dgrec.config import PAPER_RDP, DGRECConfig, DGRECPublic
+from protocols.dgrec.factory import n_shared
 from protocols.dgrec.roles import DGRECUser
 from protocols.dgrec.sampling import worst_case_bits
 
@@ -121,7 +123,17 @@ from protocols.dgrec.sampling import worst_case_bits
 class DGREC(Protocol):
     name = "dgrec"
     Config = DGRECConfig
-    ATTACK_FAMILY = "dgrec"  # adversaries/attacks/dgrec.py (DLGNN too)
+    # FedRecAttack's promotion loss assumes dot-product scores; DGREC scores with an MLP
+    ATTACKS = declared_in(
+        "protocols.dgrec.attacks",
+        "random",
+        "bandwagon",
+        "pipattack",
+        "byzantine-scaled",
+        "byzantine-signflip",
+        "byzantine-random",
+        "malformed",
+    )
     QUICK = {"rounds": 3, "eval_every": 1}
     # Zheng et al., CIKM 2023, Book-Crossing, Recall@20 / NDCG@20 in percent, beside LightGCN
     # (benchmarks/RESULTS.md, DGREC section: "9.68 vs 9.94")
@@ -199,9 +211,7 @@ class DGREC(Protocol):
                 "test_items": self.test_items[u] if real else empty,
                 "neighbours": graph[u],
             }
-            cls = DGRECUser
-            if adv is not None and (not real or u in adv.compromised):
-                cls, private = adv.attack_cls, {**private, **adv.kwargs()}
+            cls, private = role_of(adv, u, DGRECUser, private, fake=not real)
             specs.append(NodeSpec(cls, node_id("user", u), private, packable=True))
         return specs
 

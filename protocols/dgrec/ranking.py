@@ -1,6 +1,6 @@
 """A DGREC user's ranking on its own device: evaluation (``eval``) and the choice of the model it
 keeps (``validate``, config ``validation``). A host ranks all its users in one batched pass of
-models/dgrec_batched.py (``batch_users``), each with its own parameters. No traffic."""
+protocols/dgrec/batched.py (``batch_users``), each with its own parameters. No traffic."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from models.dgrec_batched import HypergraphBatch, all_item_scores
 from models.metrics import ranking_metrics, target_exposure, topk_excluding
 from nodes.node import expect_kinds
+from protocols.dgrec.batched import HypergraphBatch, all_item_scores
 
 if TYPE_CHECKING:
     from protocols.dgrec.roles import DGRECUser

@@ -18,7 +18,7 @@ eval             ranks all items it does not hold with its (kept) model
 ===============  ===========================================================================
 
 A host runs ``train``, ``validate`` and ``eval`` for all its users in one batched pass
-(:meth:`DGRECUser.handle_batch`, models/dgrec_batched.py), each user with its own parameters and
+(:meth:`DGRECUser.handle_batch`, protocols/dgrec/batched.py), each user with its own parameters and
 its own random draws, so each gets what it would get alone.
 
 What a peer sends is untrusted. The host's screen checks each payload against the public records
@@ -44,11 +44,10 @@ from cluster import wire
 from cluster.message import index_of, node_id
 from cluster.validate import Accept, empty_blob
 from models.bpr import hold_out, sample_pairs
-from models.dgrec import build_user_hypergraph
-from models.dgrec_batched import per_user_gradients
-from models.dgrec_factory import grad_vector, load_vector, public_model, split_parameters
 from nodes.node import Node, NodeContext, expect_kinds, node_seed
 from protocols.dgrec import messages as msgs
+from protocols.dgrec.batched import per_user_gradients
+from protocols.dgrec.factory import grad_vector, load_vector, public_model, split_parameters
 from protocols.dgrec.messages import (
     HeldShares,
     decode_share,
@@ -57,6 +56,7 @@ from protocols.dgrec.messages import (
     encode_share,
     encode_status,
 )
+from protocols.dgrec.model import build_user_hypergraph
 from protocols.dgrec.ranking import hypergraphs, rank
 from protocols.dgrec.sampling import neighbour_probabilities
 
@@ -146,7 +146,7 @@ class DGRECUser(Node):
     @classmethod
     def handle_batch(cls, nodes, phase, inboxes) -> None:
         """DGREC's training and evaluation: all this host's users in one pass of
-        models/dgrec_batched.py (each with its own parameters and its own random draws, so each
+        protocols/dgrec/batched.py (each with its own parameters and its own random draws, so each
         gets what it would get alone); ``batch_users = False`` or DLGNN: one by one."""
         batched = bool(nodes) and nodes[0].config.model == "dgrec" and nodes[0].config.batch_users
         if batched and phase == "train":
@@ -316,7 +316,7 @@ class DGRECUser(Node):
 
     def encode_own(self, grad: torch.Tensor) -> bytes:
         """The member's gradient as it gossips it (eq. 5, :func:`messages.encode_gradient`); an
-        honest member's as is (attack classes override it, adversaries/attacks/dgrec.py)."""
+        honest member's as is (attack classes override it, protocols/dgrec/attacks.py)."""
         return encode_gradient(
             grad, self.config, self.public.laplace_scale, self.noise_rng, self.noise_generator
         )

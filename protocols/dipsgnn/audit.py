@@ -1,4 +1,4 @@
-"""DIPSGNN's privacy audits (issue 44; privacy/audit.py explains the statistics): the user's
+"""DIPSGNN's privacy audits (privacy/audit.py explains the statistics): the user's
 feature perturbation (Algorithm 3, ``perturb_user_features``) and the noisy aggregation of eq. 7
 (the model's ``noisy_aggregate``). Used by :meth:`DIPSGNNProtocol.audits
 <protocols.dipsgnn.protocol.DIPSGNNProtocol.audits>` (``--audit``: the run's own parameters)
@@ -20,7 +20,7 @@ def dipsgnn_aggregate_sampler(sigma: float, clip_norm: float, w_max: float, rele
     0 → 1 with weight w_max present (A_out[0, 1] = A_in[1, 0] = w_max) vs absent (edge-level DP).
     Score: Σ over releases of M_out[0] + M_in[1], the Gaussian log-likelihood ratio up to an
     affine map (the optimal test)."""
-    from models.dipsgnn import DIPSGNN
+    from models.gated_session_gnn import DIPSGNN
 
     model = DIPSGNN(
         n_items=2, use_features=False, n_users=0, hidden_dim=1, clip_norm=clip_norm, sigma=sigma
@@ -97,7 +97,7 @@ def run_audits(protocol) -> list[pa.Audit]:
         out.append(
             pa.Audit(
                 name=f"eq. 7 noise, {c.calibration} σ = {sigma:.3g}, one release",
-                code_path="models.dipsgnn.DIPSGNN.noisy_aggregate, σ = "
+                code_path="models.gated_session_gnn.DIPSGNN.noisy_aggregate, σ = "
                 "privacy.calibration.noise_sigma",
                 neighbours=f"edge of weight w_max = {c.max_edge_weight:g} present vs absent",
                 sampler=dipsgnn_aggregate_sampler(sigma, c.clip_norm, c.max_edge_weight, 1),

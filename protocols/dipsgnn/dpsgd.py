@@ -22,7 +22,7 @@ from torch import Tensor
 from torch.func import functional_call, grad_and_value, vmap
 
 from data.sequences import PrefixExamples, pad_behaviour_graphs
-from models.dipsgnn import DIPSGNN, batch_tensors
+from models.gated_session_gnn import DIPSGNN, batch_tensors
 from privacy.noise import normal_tensor
 
 

@@ -105,7 +105,7 @@ def check_context(payload: bytes, shared) -> None:
 
 def topk_width(shared) -> int:
     """K of the curator's top-K lists (the largest K any figure reads)."""
-    from models.dipsgnn import KS
+    from models.gated_session_gnn import KS
 
     threat = shared.threat
     return max(max(KS), shared.config.eval_k, threat.er_k if threat is not None else 0)

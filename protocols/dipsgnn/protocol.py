@@ -73,6 +73,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from adversaries.attacks import declared_in
+from adversaries.condition import role_of
 from cluster.message import node_id
 from data.features import (
     FeatureSelectionError,
@@ -127,8 +129,8 @@ class DIPSGNNProtocol(Protocol):
     )
 
     # adversaries (adversaries/): fake users whose uploads stay in the mechanism's range
-    # (adversaries/attacks/dipsgnn.py); targets' exposure reported by the honest users
-    ATTACK_FAMILY = "dipsgnn"
+    # (protocols/dipsgnn/attacks.py); targets' exposure reported by the honest users
+    ATTACKS = declared_in("protocols.dipsgnn.attacks", "random", "bandwagon", "malformed")
 
     @classmethod
     def central_baseline(cls, params) -> str:
@@ -250,19 +252,13 @@ class DIPSGNNProtocol(Protocol):
         plan, fake = self.adversary_plan, self._fake()
         specs = [NodeSpec(DIPSGNNServer, SERVER, {"users": np.concatenate([self.users, fake])})]
         for u in self.users:
-            cls, private = (
-                DIPSGNNUser,
-                {
-                    "sequence": self.sequences[u],
-                    "features": self.user_features(int(u)),
-                },
-            )
-            if plan is not None and int(u) in plan.compromised:
-                cls, private = plan.attack_cls, {**private, **plan.kwargs()}
+            private = {"sequence": self.sequences[u], "features": self.user_features(int(u))}
+            cls, private = role_of(plan, int(u), DIPSGNNUser, private)
             specs.append(NodeSpec(cls, node_id("user", int(u)), private, packable=True))
         for u in fake:
-            private = {"sequence": np.zeros(0, np.int64), "features": {}, **plan.kwargs()}
-            specs.append(NodeSpec(plan.attack_cls, node_id("user", int(u)), private, packable=True))
+            private = {"sequence": np.zeros(0, np.int64), "features": {}}
+            cls, private = role_of(plan, int(u), DIPSGNNUser, private, fake=True)
+            specs.append(NodeSpec(cls, node_id("user", int(u)), private, packable=True))
         return specs
 
     # ------------------------------------------------------------------------------- one round

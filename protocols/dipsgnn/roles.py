@@ -35,9 +35,9 @@ from cluster import wire
 from cluster.message import index_of
 from cluster.validate import Accept
 from data.sequences import PrefixExamples, train_length, training_prefixes
-from models.dipsgnn import DIPSGNN, KS
-from models.dipsgnn_training import rank_prefixes, train_epoch
+from models.gated_session_gnn import DIPSGNN, KS
 from models.metrics import next_item_metrics, topk_scores
+from models.session_training import rank_prefixes, train_epoch
 from nodes.node import Node, NodeContext, expect_kinds
 from privacy.feature_perturbation import encode_user_features, perturb_user_features
 from protocols.dipsgnn import messages

@@ -29,7 +29,7 @@ applied and no user waits for one. With everyone online nothing changes.
 Neighbours come from data/graphs.py (the dataset's social/trust links, or same region and
 occupation). Evaluation is local: each user ranks with p_u·Q_u and reports; no traffic.
 
-Adversaries (``--adversaries``, adversaries/attacks/dmf.py): compromised users, or fake peers
+Adversaries (``--adversaries``, protocols/dmf/attacks.py): compromised users, or fake peers
 befriending real users (adversaries/graph.py), gossip crafted item gradients in step 1 and relay
 honestly. With a defence (``--defence``) each honest user combines the gradients new to it at a
 hop with the robust rule (adversaries/defences.py ``combine_shares``) instead of applying each.
@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from adversaries.attacks import declared_in
+from adversaries.condition import role_of
 from adversaries.graph import with_fake_peers
 from cluster.message import node_id
 from data.graphs import user_graph
@@ -54,7 +56,7 @@ class DMF(Protocol):
     name = "dmf"
     Config = DMFConfig
     BASELINE_SHARES = {"dim": "dim"}
-    ATTACK_FAMILY = "dmf"  # adversaries/attacks/dmf.py
+    ATTACKS = declared_in("protocols.dmf.attacks")
 
     @classmethod
     def central_baseline(cls, params) -> str:
@@ -93,9 +95,7 @@ class DMF(Protocol):
                 "test_items": self.test_items[u] if real else empty,
                 "neighbours": graph[u],
             }
-            cls = DMFUser
-            if adv is not None and (not real or u in adv.compromised):
-                cls, private = adv.attack_cls, {**private, **adv.kwargs()}
+            cls, private = role_of(adv, u, DMFUser, private, fake=not real)
             specs.append(NodeSpec(cls, node_id("user", u), private, packable=True))
         return specs
 

@@ -140,5 +140,5 @@ class DMFUser(Node):
 
     def tamper_upload(self, ids: np.ndarray, rows: np.ndarray, q: np.ndarray):
         """The item gradients as gossiped: an honest user's unchanged (attack classes override
-        it, adversaries/attacks/dmf.py)."""
+        it, protocols/dmf/attacks.py)."""
         return ids, rows

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from adversaries.attacks import declared_in
+from adversaries.condition import role_of
 from cluster.message import node_id
 from data.types import RecDataset
 from nodes import secure_sum
@@ -41,7 +43,7 @@ class FedMF(Protocol):
     name = "fedmf"
     Config = FedMFConfig
     QUICK = {"rounds": 30, "dim": 32, "eval_every": 5}
-    ATTACK_FAMILY = "fedmf"  # adversaries/attacks/fedmf.py
+    ATTACKS = declared_in("protocols.fedmf.attacks")
     BASELINE_SHARES = {"dim": "dim"}
     SECURE_SUM = SECURE_SUM  # what the server sums with --secure-aggregation (roles.py)
 
@@ -73,14 +75,12 @@ class FedMF(Protocol):
         specs = [NodeSpec(FedMFServer, SERVER, {"users": np.array(users + fake)})]
         for u in users:
             private = {"train_items": self.train_items[u], "test_items": self.test_items[u]}
-            cls = FedMFUser
-            if adv is not None and u in adv.compromised:
-                cls, private = adv.attack_cls, {**private, **adv.kwargs()}
+            cls, private = role_of(adv, u, FedMFUser, private)
             specs.append(NodeSpec(cls, node_id("user", u), private, packable=True))
         for u in fake:  # no data of their own: the attack class makes up its profile
             private = {"train_items": np.zeros(0, np.int64), "test_items": np.zeros(0, np.int64)}
-            private.update(adv.kwargs())
-            specs.append(NodeSpec(adv.attack_cls, node_id("user", u), private, packable=True))
+            cls, private = role_of(adv, u, FedMFUser, private, fake=True)
+            specs.append(NodeSpec(cls, node_id("user", u), private, packable=True))
         return specs
 
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from adversaries.defences import defended_step
 from cluster.message import node_id
 from cluster.validate import Accept
 from models.bpr import bpr_grads, sample_pairs
@@ -22,7 +21,7 @@ from nodes.node import Node, NodeContext, decode_shared, expect_kinds
 from protocols.base import sample_participants
 from protocols.evaluation import evaluate_users
 from protocols.fedmf import messages as msg
-from protocols.sparse_rows import step_on_sum
+from protocols.sparse_rows import defended_step, step_on_sum
 
 SERVER = node_id("server", 0)
 EVAL_CHUNK = 1024  # users ranked in one pass at evaluation

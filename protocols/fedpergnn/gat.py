@@ -1,6 +1,6 @@
 """FedPerGNN's GAT backbone (``backbone = "gat"``): what a sampled user computes in a round
 (``train_users``) and at evaluation (``evaluate_held_out``), and the server's step on the averaged
-uploads. The model and its equations are in models/fedpergnn_gat.py.
+uploads. The model and its equations are in protocols/fedpergnn/gat_model.py.
 
 Round (step 3 of protocols/fedpergnn): the user receives E (all item embeddings) and the flat GAT
 weights θ; on its local subgraph u – I_u – U_u it computes r̂_ui = h_u·h_i and
@@ -26,17 +26,17 @@ import torch
 
 from cluster import wire
 from cluster.device import build, to_device
-from models.fedpergnn_gat import (
+from nodes.node import decode_shared, expect_kinds
+from privacy.ldp import clip_and_laplace, perturbed_upload
+from protocols.fedpergnn import messages as msg
+from protocols.fedpergnn.config import upload_laplace
+from protocols.fedpergnn.gat_model import (
     LocalGAT,
     build_local_gat_graph,
     local_gat_forward,
     predict_candidates,
     rating_loss,
 )
-from nodes.node import decode_shared, expect_kinds
-from privacy.ldp import clip_and_laplace, perturbed_upload
-from protocols.fedpergnn import messages as msg
-from protocols.fedpergnn.config import upload_laplace
 
 _MODELS: dict[tuple[int, int], LocalGAT] = {}
 

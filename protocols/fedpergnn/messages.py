@@ -121,7 +121,7 @@ def gat_size(shared) -> int:
     """|θ|, the GAT backbone's weights (public sizes only)."""
 
     def count(sh) -> int:
-        from models.fedpergnn_gat import LocalGAT
+        from protocols.fedpergnn.gat_model import LocalGAT
 
         return int(LocalGAT(sh.config.dim, sh.config.layers, seed=0).flat().numel())
 

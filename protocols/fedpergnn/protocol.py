@@ -25,7 +25,7 @@ matcher (each of the last three a dedicated node). The algorithm, as the paper s
 4. **Evaluation.** E goes to every user (``eval_*`` traffic); each ranks all items it has not
    trained on by h_u·e_i (Recall/NDCG@20).
 
-``backbone = "gat"`` (FedPerGNN proper, protocols/fedpergnn/gat.py, models/fedpergnn_gat.py):
+``backbone = "gat"`` (FedPerGNN proper, protocols/fedpergnn/gat.py, protocols/fedpergnn/gat_model.py):
 step 3 runs PyG GATConv layers on the local subgraph, r̂_ui = h_u·h_i, MSE on the user's explicit
 ratings; the server also sends the GAT weights θ, each user uploads clip+Laplace ∂L_u/∂θ beside
 its item rows (its rated items and M pseudo items; no negatives), and the server takes an Adam
@@ -51,7 +51,7 @@ SHA-256 of the public key) and flags a key below 2048 bits. Each replica signs a
 a user; roles.py lists what else the key server and the users check).
 
 Attack switches (measurements, under ``privacy`` in summary.json): ``attack_gradient_inference``
-makes the server run the positive-item inference of privacy/attacks/gradient_inference.py on
+makes the server run the positive-item inference of privacy/leakage/gradient_inference.py on
 every real upload (lightgcn: split by gradient direction; gat: real rows told from pseudo rows
 by their low-rank structure), scored against the users' items, with the pseudo rows as uploaded
 and with them removed; ``attack_dictionary`` makes the matcher try a dictionary attack on the tokens it
@@ -65,6 +65,8 @@ import math
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from adversaries.attacks import declared_in
+from adversaries.condition import role_of
 from cluster.message import index_of, node_id
 from data.types import Interactions, RecDataset
 from nodes import secure_sum
@@ -72,15 +74,15 @@ from nodes.deployment import Deployment, NodeSpec, mean_reports, training_figure
 from nodes.node import Shared
 from privacy import oprf
 from privacy.accountant import PrivacyAccountant, laplace_vector_event
-from privacy.attacks import (
+from privacy.key_server import key_fingerprint, key_report, key_to_der, new_key
+from privacy.ldp import laplace_epsilon_per_coordinate, laplace_epsilon_vector
+from privacy.leakage import (
     dictionary_attack,
     infer_positive_items,
     infer_real_rows,
     precision_recall_f1,
     recovery_rate,
 )
-from privacy.key_server import key_fingerprint, key_report, key_to_der, new_key
-from privacy.ldp import laplace_epsilon_per_coordinate, laplace_epsilon_vector
 from protocols.base import (
     ConfigError,
     MainMetric,
@@ -134,7 +136,7 @@ class FedPerGNN(Protocol):
     name = "fedpergnn"
     Config = FedPerGNNConfig
     BASELINE_SHARES = {"dim": "dim", "layers": "layers"}
-    ATTACK_FAMILY = "fedpergnn"  # adversaries/attacks/fedpergnn.py
+    ATTACKS = declared_in("protocols.fedpergnn.attacks")
     SECURE_SUM = SECURE_SUM  # what the server sums with --secure-aggregation (roles.py)
     # the FedLightGCN thesis on gowalla (benchmarks/RESULTS.md, "Gowalla, published LightGCN
     # split", column "thesis")
@@ -235,17 +237,15 @@ class FedPerGNN(Protocol):
             if self.train_ratings is not None:
                 data["train_ratings"] = self.train_ratings[u]
                 data["test_ratings"] = self.test_ratings[u]
-            cls = User
-            if adv is not None and u in adv.compromised:
-                cls, data = adv.attack_cls, {**data, **adv.kwargs()}
+            cls, data = role_of(adv, u, User, data)
             specs.append(NodeSpec(cls, node_id("user", u), data, packable=True))
         for u in fake:  # no data of their own: the attack class makes up its profile
             data = {"train_items": np.zeros(0, np.int64), "test_items": np.zeros(0, np.int64)}
             if self.train_ratings is not None:
                 data["train_ratings"] = np.zeros(0, np.float32)
                 data["test_ratings"] = np.zeros(0, np.float32)
-            data.update(adv.kwargs())
-            specs.append(NodeSpec(adv.attack_cls, node_id("user", u), data, packable=True))
+            cls, data = role_of(adv, u, User, data, fake=True)
+            specs.append(NodeSpec(cls, node_id("user", u), data, packable=True))
         return specs
 
     # --- choreography ---------------------------------------------------------------------------

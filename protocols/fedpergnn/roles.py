@@ -57,11 +57,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from adversaries.defences import defended_step
 from cluster import wire
 from cluster.message import index_of, node_id
 from cluster.validate import Accept, empty_blob
-from models.fedpergnn_gat import LocalGAT
 from models.lightgcn import xavier_rows
 from nodes import secure_sum
 from nodes.node import Node, NodeContext, expect_kinds
@@ -72,7 +70,8 @@ from protocols.base import sample_participants
 from protocols.fedpergnn import gat, lightgcn
 from protocols.fedpergnn import messages as msg
 from protocols.fedpergnn.config import model_laplace
-from protocols.sparse_rows import step_on_sum
+from protocols.fedpergnn.gat_model import LocalGAT
+from protocols.sparse_rows import defended_step, step_on_sum
 
 SERVER = node_id("server", 0)
 KEY_SERVER = node_id("key_server", 0)

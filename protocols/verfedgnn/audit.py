@@ -1,4 +1,4 @@
-"""VerFedGNN's privacy audits (issue 44; privacy/audit.py explains the statistics): a party's
+"""VerFedGNN's privacy audits (privacy/audit.py explains the statistics): a party's
 release through ``VerFedGNNParty._release`` and the wire. Used by :meth:`VerFedGNN.audits
 <protocols.verfedgnn.protocol.VerFedGNN.audits>` (``--audit``: the run's own parameters) and by
 ``python -m benchmarks.audit`` (the catalogue)."""

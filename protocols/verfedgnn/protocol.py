@@ -62,10 +62,10 @@ registers one adversarial user for each of a random fraction ``attack_p_ad`` of 
 goes through the PSI like any user. At every evaluation the attacker takes the victim's
 projected first-layer aggregate it received, X̂ = ΦᵀY_victim, and infers each honest user's
 items as the ≤ c adversarial rows whose combination is closest in l1 (eq. I.1,
-privacy/attacks/deanonymization.py); ``evaluate`` scores it against the victim's true edges
+privacy/leakage/deanonymization.py); ``evaluate`` scores it against the victim's true edges
 (``attack_verfedgnn_*``) beside the same attack on a FedPerGNN-style exchange of individual
 neighbour embeddings (``attack_fedpergnn_style_*``, a counterfactual computed from the victim's
-item embeddings; protocols/verfedgnn/attack.py).
+item embeddings; protocols/verfedgnn/deanonymization.py).
 
 Parameters: protocols/verfedgnn/config.py; roles and payloads: protocols/verfedgnn/roles.py,
 protocols/verfedgnn/messages.py.
@@ -82,6 +82,8 @@ import math
 
 import numpy as np
 
+from adversaries.attacks import declared_in
+from adversaries.condition import role_of
 from cluster.message import node_id
 from data.partition import partition_items
 from data.splits import random_split
@@ -98,7 +100,7 @@ from privacy.key_server import key_fingerprint, key_report
 from privacy.ldp import laplace_epsilon_per_coordinate, laplace_epsilon_vector
 from privacy.ternary import ternary_delta
 from protocols.base import MainMetric, PaperClaim, PaperFigure, PrivacyReport, Protocol
-from protocols.verfedgnn import attack
+from protocols.verfedgnn import deanonymization
 from protocols.verfedgnn.aggregation import exchange_schedule
 from protocols.verfedgnn.config import VerFedGNNConfig, VerFedGNNPublic
 from protocols.verfedgnn.roles import (
@@ -139,9 +141,15 @@ class VerFedGNN(Protocol):
     # in this repository, and the search tool (https://arxiv.org/html/2303.05786v3) returned the
     # set-up but not the table: not recorded
     PAPER = PaperFigure(on="ML-1M", source="Mai & Pang, ICML 2023 (table not recorded)")
-    # adversaries (adversaries/): compromised parties (adversaries/attacks/verfedgnn.py) chosen
+    # adversaries (adversaries/): compromised parties (protocols/verfedgnn/attacks.py) chosen
     # by (seed, party node id); the defence is the server's combination of the gradients (eq. 21)
-    ATTACK_FAMILY = "verfedgnn"
+    ATTACKS = declared_in(
+        "protocols.verfedgnn.attacks",
+        "byzantine-scaled",
+        "byzantine-signflip",
+        "byzantine-random",
+        "malformed",
+    )
     ADVERSARY_ROLE = "party"
 
     @classmethod
@@ -170,15 +178,15 @@ class VerFedGNN(Protocol):
         self.key_fingerprint: str | None = None  # SHA-256 of the PSI key server's public key
         self.baseline = global_mean_rmse(self.train, self.test)
         self.n_users = dataset.n_users  # honest users, then the adversarial ones (attack)
-        self.adversaries: attack.Adversaries | None = None
+        self.adversaries: deanonymization.Adversaries | None = None
         if (
             c.deanonymization
         ):  # adversarial users, ids n_users.., one rating (≥ thd) of a victim item each
-            self.adversaries = attack.register_adversaries(
+            self.adversaries = deanonymization.register_adversaries(
                 self.owner, c.attack_victim, c.attack_p_ad, dataset.n_users, (seed, c.split_seed)
             )
             rating = max(float(self.train.rating.max()), c.thd)
-            self.train = attack.add_ratings(self.train, self.adversaries, rating)
+            self.train = deanonymization.add_ratings(self.train, self.adversaries, rating)
             self.n_users += len(self.adversaries.users)
 
     def adversary_users(self) -> list[int]:
@@ -232,9 +240,8 @@ class VerFedGNN(Protocol):
             }
             if self.adversaries is not None and p == c.attack_party:
                 kwargs["adversaries"] = self.adversaries
-            cls, plan = VerFedGNNParty, self.adversary_plan
-            if plan is not None and p in plan.compromised:  # a compromised party (adversaries/)
-                cls, kwargs = plan.attack_cls, {**kwargs, **plan.kwargs()}
+            # a compromised party is played by the attack's class (adversaries/)
+            cls, kwargs = role_of(self.adversary_plan, p, VerFedGNNParty, kwargs)
             specs.append(NodeSpec(cls, node_id("party", p), kwargs))
         return specs
 
@@ -363,7 +370,7 @@ class VerFedGNN(Protocol):
         victim = node_id("party", c.attack_victim)
         inference = dep.call(node_id("party", c.attack_party), "get_deanonymization")
         victim_emb = dep.call(victim, "get_item_embeddings")
-        return attack.score_protocol_attack(
+        return deanonymization.score_protocol_attack(
             inference,
             victim_emb,
             np.flatnonzero(self.owner == c.attack_victim),

@@ -58,8 +58,8 @@ from protocols.verfedgnn.aggregation import (
     public_parameters,
     received_aggregates,
 )
-from protocols.verfedgnn.attack import Adversaries, infer_victim_items
 from protocols.verfedgnn.config import n_participants, projection_rows
+from protocols.verfedgnn.deanonymization import Adversaries, infer_victim_items
 from protocols.verfedgnn.messages import decode_gradient, decode_public, encode_public
 
 SERVER = node_id("server", 0)
@@ -563,7 +563,7 @@ class VerFedGNNParty(Node):
     def get_target_view(self) -> dict | None:
         return getattr(self, "target_view", None)
 
-    # --- what a compromised party changes (adversaries/attacks/verfedgnn.py overrides these)
+    # --- what a compromised party changes (protocols/verfedgnn/attacks.py overrides these)
     def tamper_aggregates(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
         """The neighbour aggregates X_p^k of an exchange step, before the projection Φ."""
         return xs
@@ -577,7 +577,7 @@ class VerFedGNNParty(Node):
         return self.config.clip
 
     def get_deanonymization(self) -> dict:
-        """Eq. (I.1) on the last X̂_victim^1 received (protocols/verfedgnn/attack.py): for every
+        """Eq. (I.1) on the last X̂_victim^1 received (protocols/verfedgnn/deanonymization.py): for every
         honest aligned user, the victim items (global ids) inferred."""
         if self.adversaries is None or self.attack_observed is None:
             raise RuntimeError(f"{self.id}: no attack configured or no victim aggregate seen yet")

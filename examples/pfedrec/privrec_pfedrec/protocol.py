@@ -60,6 +60,8 @@ import math
 
 import numpy as np
 
+from adversaries.attacks import declared_in
+from adversaries.condition import role_of
 from cluster.message import index_of, node_id
 from data.types import RecDataset
 from nodes import secure_sum
@@ -81,6 +83,11 @@ class PFedRec(Protocol):
     BASELINE_SHARES = {"dim": "dim"}
     # with --secure-aggregation the server learns only eq. (5)'s sum (roles.py)
     SECURE_SUM = SECURE_SUM
+    # the attacks its clients can play, with the classes of this package that play them
+    # (attacks.py); the server's defence is the run's --defence (roles.py, eq. (5))
+    ATTACKS = declared_in(
+        "privrec_pfedrec.attacks", "byzantine-scaled", "byzantine-signflip", "byzantine-random"
+    )
     # the paper's MovieLens-100K figures (HR@10, NDCG@10 with 99 sampled negatives) could not be
     # read from a source we had: none is stated here rather than one from memory
     PAPER: PaperFigure | None = None
@@ -104,11 +111,13 @@ class PFedRec(Protocol):
         return Shared(self.config, PFedRecPublic(d.n_users, d.n_items, init_seed=self.seed))
 
     def node_specs(self) -> list[NodeSpec]:
-        # the server and one client per user with training data (the others take no part)
+        # the server and one client per user with training data (the others take no part); a
+        # compromised client (--adversaries) is played by its attack's class
         specs = [NodeSpec(PFedRecServer, SERVER, {"users": np.array(self.users)})]
         for u in self.users:
             private = {"train_items": self.train_items[u], "test_items": self.test_items[u]}
-            specs.append(NodeSpec(PFedRecUser, node_id("user", u), private, packable=True))
+            cls, private = role_of(self.adversary_plan, u, PFedRecUser, private)
+            specs.append(NodeSpec(cls, node_id("user", u), private, packable=True))
         return specs
 
     def run_round(self, dep: Deployment, round_: int) -> dict[str, float]:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from adversaries.defences import combine
 from cluster import wire
 from cluster.message import node_id
 from cluster.validate import Accept
@@ -111,6 +112,9 @@ class PFedRecServer(Node):
         if len(tables) < max(1, self.min_participants):  # too few arrived: keep E, say so
             self.report("skipped", 1.0)
             return
+        if self.threat is not None and self.threat.defence:  # --defence: a robust eq. (5)
+            self.table = self.tensor(defended_mean(self.table.cpu().numpy(), tables, self.threat))
+            return
         total = torch.zeros((n_items, c.dim), dtype=torch.float64, device=self.device)
         for t in tables:
             total += self.tensor(t)
@@ -122,6 +126,7 @@ class PFedRecServer(Node):
 
 class PFedRecUser(Node):
     role = "user"
+    adversary = False  # an attack class (attacks.py) changes its upload
     SECURE_SUM = SECURE_SUM
     ACCEPTS = {
         msg.ITEM_TABLE: Accept(("server",), ("train",), msg.check_table),
@@ -215,6 +220,11 @@ class PFedRecUser(Node):
             ]
         return self._eval_negatives
 
+    def tamper_upload(self, ids: np.ndarray, rows: np.ndarray, table) -> tuple:
+        """The step an attack class overrides (attacks.py): the update ``rows`` = Ẽ_u − E at
+        item ``ids`` that the client uploads. An honest client uploads it as it is."""
+        return ids, rows
+
     def get_state(self) -> dict:
         """The client's personal model (inspection for tests), in numpy."""
         return {
@@ -286,7 +296,12 @@ def _train(nodes: list[PFedRecUser], tables: list[torch.Tensor | np.ndarray]) ->
         n.weight, n.bias = w[b].clone(), bias[b].clone()
         values = table_rows[b, : len(r)].clone()
         n.base, n.rows, n.values = t, r, values  # E_u, kept for the client's predictions
-        n.send(msg.ITEM_UPLOAD, SERVER, msg.encode_table(_perturbed_upload(n, t, r, values)))
+        up = _perturbed_upload(n, t, r, values)
+        if n.adversary:  # a compromised client changes its update Ẽ_u − E (attacks.py)
+            ids, delta = n.tamper_upload(np.arange(n_items), (up - t).cpu().numpy(), t)
+            up = t.clone()
+            up[on_device(ids)] += on_device(delta)
+        n.send(msg.ITEM_UPLOAD, SERVER, msg.encode_table(up))
         n.report("loss", losses[b])
         n.report(f"released/{n.id}", 1.0)  # the driver's accountant charges this client
 
@@ -307,6 +322,16 @@ def _perturbed_upload(
     if c.laplace_scale > 0:  # (a --secure-rng generator draws on the CPU)
         up += laplace_noise(up.shape, c.laplace_scale, node.noise_generator()).to(up.device)
     return up
+
+
+def defended_mean(table: np.ndarray, tables: list[np.ndarray], threat) -> np.ndarray:
+    """Eq. (5) under the run's defence: E + combine(Ẽ_u − E over the uploads), the defence
+    (``adversaries.defences.combine``: norm bound, median, trimmed mean, Krum) applied to the
+    clients' whole updates; float32 [|I|, d]."""
+    updates = np.stack([t.astype(np.float64) - table for t in tables])
+    return (table + combine(updates, threat.defence, dict(threat.defence_params))).astype(
+        np.float32
+    )
 
 
 def _evaluate(users: list[tuple[PFedRecUser, torch.Tensor]]) -> None:

@@ -4,7 +4,7 @@ class and its arguments from the protocol's Config and public record (``DGRECCon
 (one per run, cached in this process so a host's users do not each draw it), and the split of its
 parameters into the shared (gossiped) and private ones.
 
-It lives here, beside models/dgrec.py, rather than in the protocol's roles: it is the model's
+It lives here, beside protocols/dgrec/model.py, rather than in the protocol's roles: it is the model's
 construction (which class, which arguments, which parameters are shared), used by both the user
 node and the driver (n_s), and needs nothing of the protocol's nodes or messages.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from models.dgrec import DGRECUserModel, DLGNNUserModel
+from protocols.dgrec.model import DGRECUserModel, DLGNNUserModel
 
 _INIT_CACHE: dict[tuple, torch.Tensor] = {}
 

@@ -1,5 +1,5 @@
-"""The attacks in dmf: classes playing :class:`protocols.dmf.roles.DMFUser` (see _family.py and
-common.py). What a peer gossips is changed in ``tamper_upload``, which ``DMFUser._train`` calls
+"""The attacks in dmf: classes playing :class:`protocols.dmf.roles.DMFUser` (behaviours in
+adversaries/attacks/poisoning.py and common.py). What a peer gossips is changed in ``tamper_upload``, which ``DMFUser._train`` calls
 after its own local step and just before ``messages.encode_item_grads``: the crafted item
 gradients travel, are relayed and are applied like any peer's. Fake peers join the user graph
 with links to real users (adversaries/graph.py); every adversary relays the others' gradients
@@ -11,11 +11,32 @@ public items' rows, last entry 1), and the promotion gradient lifts the targets'
 
 import numpy as np
 
-from adversaries.attacks import common, malformed
-from adversaries.attacks._family import attack_classes
+from adversaries.attacks import common, malformed, poisoning
 from protocols.dmf.roles import DMFUser
 
-globals().update(attack_classes(DMFUser, __name__))
+
+class RandomFake(poisoning.RandomFake, DMFUser):
+    """``random``: a fake peer, targets plus random fillers (poisoning.RandomFake)."""
+
+
+class BandwagonFake(poisoning.BandwagonFake, DMFUser):
+    """``bandwagon``: a fake peer, targets plus popular fillers (poisoning.BandwagonFake)."""
+
+
+class PipAttack(poisoning.PipAttack, DMFUser):
+    """``pipattack``: target rows pulled towards the popular items' centroid."""
+
+
+class ByzantineScaled(poisoning.ByzantineScaled, DMFUser):
+    """``byzantine-scaled``: a compromised peer's honest gradient times ``scale``."""
+
+
+class ByzantineSignFlip(poisoning.ByzantineSignFlip, DMFUser):
+    """``byzantine-signflip``: a compromised peer's honest gradient times −``scale``."""
+
+
+class ByzantineRandom(poisoning.ByzantineRandom, DMFUser):
+    """``byzantine-random``: Gaussian rows with the honest rows' norms times ``scale``."""
 
 
 def promotion_rows(table: np.ndarray, knowledge, k: int) -> np.ndarray:

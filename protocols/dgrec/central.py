@@ -1,4 +1,4 @@
-"""Centralized HyperGNN: DGREC's model (models/dgrec.py) trained by a curator who holds everything.
+"""Centralized HyperGNN: DGREC's model (protocols/dgrec/model.py) trained by a curator who holds everything.
 
 The gap baseline of the DGREC issue: the same stage 2 — each user's inner-item hypergraph (its own
 training items ∪ its inter-user neighbours' items, tags as hyperedges), interests, interest
@@ -20,16 +20,16 @@ import torch
 
 from cluster.device import build, to_device
 from models.bpr import sample_pairs
-from models.dgrec import DGRECUserModel, build_user_hypergraph
-from models.dgrec_batched import (
+from models.metrics import ranking_metrics, topk_excluding
+from models.trainer import Trainer
+from protocols.dgrec.batched import (
     HypergraphBatch,
     encode_batch,
     loss_batch,
     score_batch,
     shared_parameters,
 )
-from models.metrics import ranking_metrics, topk_excluding
-from models.trainer import Trainer
+from protocols.dgrec.model import DGRECUserModel, build_user_hypergraph
 
 
 class HyperGNNTrainer(Trainer):

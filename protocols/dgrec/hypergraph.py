@@ -1,11 +1,11 @@
-"""Hypergraph primitives of DGREC's local model (models/dgrec.py): a user's inner-item hypergraph
+"""Hypergraph primitives of DGREC's local model (protocols/dgrec/model.py): a user's inner-item hypergraph
 (items as nodes, tags as hyperedges, incidence A ∈ {0,1}^{m×t}, D_v = diag(A 1), D_t = diag(Aᵀ 1)),
 
     op x = D_v^{−1/2} A D_t^{−1} Aᵀ D_v^{−1/2} x                   (two scatter sums, never m×m)
 
 the bipartite item–tag step D_v^{−1/2} A D_t^{−1/2} T, the Pearson interest loss of eq. 1 and the
 per-column standardisation of the assignment logits. Every function works on a batch of users too:
-node positions and tag ids of different users never overlap (models/dgrec_batched.py offsets
+node positions and tag ids of different users never overlap (protocols/dgrec/batched.py offsets
 user b's tags by b·n_tags), so degrees and sums stay per user.
 """
 

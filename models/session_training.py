@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from data.sequences import PrefixExamples, pad_behaviour_graphs
-from models.dipsgnn import DIPSGNN, batch_tensors
+from models.gated_session_gnn import DIPSGNN, batch_tensors
 from privacy.noise import keyed_generator
 
 

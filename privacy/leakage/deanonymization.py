@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from cluster.device import to_device
-from privacy.attacks.gradient_inference import precision_recall_f1
+from privacy.leakage.gradient_inference import precision_recall_f1
 
 DEGREE_POWER = {"gcn": 0.5, "ggnn": 1.0, "gat": 1.0, "sum": 0.0}
 

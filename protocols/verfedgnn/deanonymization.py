@@ -1,7 +1,7 @@
 """The de-anonymization attack (Mai & Pang §4.1, §6.2.3, Appendix I) set up against one
 victim party: adversarial users, what the attacker observes under each exchange, the truth.
 
-The attack logic is privacy/attacks/deanonymization.py; this module builds its inputs from a
+The attack logic is privacy/leakage/deanonymization.py; this module builds its inputs from a
 party's state (item embeddings e_v^0, rating edges) with the party's own aggregation
 (protocols/verfedgnn/aggregation.py), so that the same world can be attacked
 
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from data.types import Interactions
-from privacy.attacks.deanonymization import (
+from privacy.leakage.deanonymization import (
     DEGREE_POWER,
     AttackScore,
     choose_adversarial_items,

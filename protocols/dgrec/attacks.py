@@ -29,7 +29,7 @@ import torch
 
 from adversaries.attacks import common, malformed
 from cluster import wire
-from models.dgrec_factory import grad_vector
+from protocols.dgrec.factory import grad_vector
 from protocols.dgrec.roles import DGRECUser
 
 _Member = common.Adversary  # a fake peer's made-up profile, no evaluation figures

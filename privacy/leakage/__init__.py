@@ -1,9 +1,9 @@
-"""Attacks that measure what a protocol's participants can learn: the matcher's dictionary
+"""Leakage attacks: what a protocol's participants can learn from what they see: the matcher's dictionary
 attack on item tokens (``dictionary``) and the server's positive-item inference from an
 uploaded gradient (``gradient_inference``)."""
 
-from privacy.attacks.dictionary import dictionary_attack, recovery_rate
-from privacy.attacks.gradient_inference import (
+from privacy.leakage.dictionary import dictionary_attack, recovery_rate
+from privacy.leakage.gradient_inference import (
     infer_positive_items,
     infer_real_rows,
     precision_recall_f1,

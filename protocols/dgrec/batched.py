@@ -1,4 +1,4 @@
-"""DGREC's stage 2 (models/dgrec.py) for B users in one pass.
+"""DGREC's stage 2 (protocols/dgrec/model.py) for B users in one pass.
 
 The B users' hypergraphs are stacked into one disjoint graph (user b's nodes contiguous, its tags
 renumbered b·n_tags + t), so op, the degrees and every sum stay per user:
@@ -6,7 +6,7 @@ renumbered b·n_tags + t), so op, the degrees and every sum stay per user:
     E'   = op (E W1_b)              per node, W1_b the weights of the node's user
     S    = softmax_row(std_b(op E W2_b))   std over the user's own nodes
     Ē_b  = Σ_{n ∈ b} S_nᵀ ⊗ E'_n     [B, n_i, d]         Ā_b = Σ_{n ∈ b} S_nᵀ ⊗ (op S)_n
-    P_b, e_b, L_P(b)                 as models/dgrec.py, batched over b
+    P_b, e_b, L_P(b)                 as protocols/dgrec/model.py, batched over b
 
 The parameters are a dict ``name → tensor [B or 1, *shape]`` keyed like
 ``DGRECUserModel.named_parameters()``: leading dimension B gives every user its own copy (the
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch_geometric.utils import scatter
 
 from cluster.device import to_device
-from models.hypergraph import (
+from protocols.dgrec.hypergraph import (
     Incidence,
     bipartite_tag_to_item,
     hyperedge_index,
@@ -132,7 +132,7 @@ def per_user_linear(x: torch.Tensor, weight: torch.Tensor, sizes: list[int]) -> 
 
 # ---------------------------------------------------------------------------------- stage 2
 def encode_batch(model, params: Params, graphs: HypergraphBatch) -> BatchEncoding:
-    """Stage 2 (models/dgrec.py docstring) for every user of ``graphs``; ``model`` supplies the
+    """Stage 2 (protocols/dgrec/model.py docstring) for every user of ``graphs``; ``model`` supplies the
     switches (``graph``, ``standardise_assignment``, ...) and sizes, ``params`` the weights."""
     batch, n_users, n = graphs.user_of_node, graphs.n_users, graphs.item_ids.numel()
     n_tags_all = n_users * graphs.n_tags

@@ -68,14 +68,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from cluster.device import to_device
-from models.dgrec_batched import (
+from protocols.dgrec.batched import (
     HypergraphBatch,
     encode_batch,
     loss_batch,
     score_batch,
     shared_parameters,
 )
-from models.hypergraph import (  # noqa: F401  (re-exported: the model's primitives)
+from protocols.dgrec.hypergraph import (  # noqa: F401  (re-exported: the model's primitives)
     Incidence,
     bipartite_tag_to_item,
     build_user_hypergraph,
@@ -206,7 +206,7 @@ class DGRECUserModel(nn.Module):
         self, node_item_ids: torch.Tensor | np.ndarray, incidence: Incidence
     ) -> UserEncoding:
         """All of stage 2 for one user's hypergraph (``incidence`` items×tags, [m, n_tags]);
-        models/dgrec_batched.py's ``encode_batch`` with B = 1."""
+        protocols/dgrec/batched.py's ``encode_batch`` with B = 1."""
         enc = encode_batch(self, shared_parameters(self), self._graphs(node_item_ids, incidence))
         return UserEncoding(
             enc.e_u[0],
