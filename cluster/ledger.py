@@ -54,7 +54,8 @@ class Ledger:
         self.crossed_nodes[(round_, phase)] += nbytes
 
     def merge(self, other: LedgerDelta | dict) -> None:
-        """Add a host's delta (:meth:`export`), or a checkpoint's (a dict in older ones)."""
+        """Add a host's delta (:meth:`export`), or a checkpoint's, which may hold it as a dict
+        (``logical``, ``crossed`` and optionally ``crossed_nodes``)."""
         if isinstance(other, dict):
             other = LedgerDelta(other["logical"], other["crossed"], other.get("crossed_nodes", []))
         for key, (nbytes, count) in other.logical:

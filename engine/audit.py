@@ -1,5 +1,5 @@
 """``--audit``: after a run, the privacy audits of its mechanism(s) at the quick sample size
-(seconds), written to summary.json as ``privacy.audit`` (issue 44).
+(seconds), written to summary.json as ``privacy.audit``.
 
 The engine knows the audits only through the protocol's declaration, :meth:`Protocol.audits
 <protocols.base.Protocol.audits>`: each is a :class:`privacy.audit.Audit` built with the run's own

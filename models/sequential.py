@@ -28,8 +28,8 @@ from data.features import feature_cardinality, feature_values, public_ranges, se
 from data.sequences import pooled_interactions, training_prefixes, user_sequences
 from data.types import RecDataset
 from models.gated_session_gnn import DIPSGNN, KS
-from models.session_training import rank_prefixes, train_epoch
 from models.metrics import ranking_metrics
+from models.session_training import rank_prefixes, train_epoch
 from models.trainer import Trainer
 from privacy.feature_perturbation import (
     encode_user_features,

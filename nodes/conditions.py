@@ -119,7 +119,7 @@ class Conditions:
     # where the privacy mechanisms draw their noise (privacy/noise.py): false, each node's stream
     # seeded from (seed, node id) (reproducible: one seed, the same noise); true, a ChaCha20
     # generator keyed from the operating system on every node (as Opacus's secure mode): the
-    # noise cannot be rebuilt from the published seed, and runs are no longer reproducible
+    # noise cannot be rebuilt from the published seed, and runs are not reproducible
     secure_rng: bool = False
     # SecAgg+ where a server sums user uploads (privacy/secagg.py SecureAggregation; a dict from
     # TOML is made one); None: uploads in the clear, as each protocol's paper has them

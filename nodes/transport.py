@@ -19,7 +19,7 @@ Two transports carry the same contract (nodes/step.py) and give the same results
   checkpoint) reach their hosts in the next graph's orders.
 
 Ray 2.60's channel readers poll: every host of an open graph keeps about half a CPU busy while it
-waits for the next superstep (measured: benchmarks/RESULTS.md). On a machine with cores to spare
+waits for the next superstep. On a machine with cores to spare
 that buys the lower fixed cost per superstep; on a small one it slows everything else running
 beside the graph (another deployment, another test worker). Hence the default, ``auto``
 (:func:`choose_transport`): channels where the cluster has a CPU for every host actor and two to
@@ -40,7 +40,7 @@ TRANSPORTS = ("calls", "channels")
 # the default, "auto": channels where the cluster has a CPU for every host's polling reader and
 # two to spare (the driver, Ray), else actor calls (choose_transport). A graph's supersteps cost
 # less, but its readers poll: about half a CPU per host while a graph is open, taken from
-# everything else (benchmarks/RESULTS.md, "Supersteps over Ray channels")
+# everything else
 DEFAULT_TRANSPORT = "auto"
 CHOICES = ("auto", *TRANSPORTS)
 

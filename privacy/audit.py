@@ -1,6 +1,6 @@
 """Privacy audits: an empirical, statistically valid LOWER bound on the privacy of a mechanism,
 measured by attacking it, to set beside the accountant's rigorous UPPER bound and the paper's claim
-(issue 44; Jagielski, Ullman & Oprea, "Auditing differentially private machine learning: how
+(Jagielski, Ullman & Oprea, "Auditing differentially private machine learning: how
 private is private SGD?", NeurIPS 2020; Nasr, Song, Thakurta, Papernot & Carlini, "Adversary
 instantiation: lower bounds for differentially private machine learning", IEEE S&P 2021).
 

@@ -159,7 +159,8 @@ def choose_pseudo_items(
             order = torch.randperm(free, generator=generator, device=generator.device).cpu()
         return complement[order[:m]]
     # the rejection loop, vectorised: each batch of draws keeps, in order, the first occurrence
-    # of every value not taken yet, up to the number still needed (the draws as before)
+    # of every value not taken yet, up to the number still needed (the values a one-at-a-time
+    # rejection loop over the same stream keeps)
     taken = np.zeros(n_items, dtype=bool)
     taken[real.numpy()] = True
     picked: list[np.ndarray] = []

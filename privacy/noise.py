@@ -10,13 +10,13 @@ With the run condition ``secure_rng`` (``--secure-rng``; as Opacus's ``secure_mo
 sample comes from :class:`SecureGenerator`: a numpy ``Generator`` over the ChaCha20 stream cipher
 (``randomgen.ChaCha``, 20 rounds) keyed with 256 bits from the operating system (``secrets``).
 Nothing of the run's seed enters it, so the noise cannot be predicted from the report, and a run
-is no longer reproducible (its noise, hence its metrics, differ from run to run).
+is not reproducible (its noise, hence its metrics, differ from run to run).
 
 The mechanisms take a numpy ``Generator`` or a torch ``Generator``. A torch generator
 (Mersenne Twister or Philox) is not cryptographically secure, so in secure mode a mechanism that
 computes in torch draws its uniforms/normals through the secure numpy generator and converts
-them (:func:`uniform_tensor`, :func:`normal_tensor`); with a torch generator it draws exactly as
-before, which keeps the default bit-identical to earlier releases.
+them (:func:`uniform_tensor`, :func:`normal_tensor`); with a torch generator it draws from that
+generator alone, so the default's noise depends on the seed alone.
 
 A secure generator is never written anywhere: pickling one (a host's snapshot, a checkpoint, the
 per-round copy a host keeps to roll back a failed participant) stores no key and no position, and

@@ -42,10 +42,19 @@ _scanned = False
 
 
 class UnknownProtocolError(ValueError):
-    """A protocol name that is neither registered nor an importable ``module:Class``."""
+    """A protocol name that is neither registered nor an importable ``module:Class``.
+
+    Also raised for a registered or given ``module:Class`` that cannot be imported or is not a
+    :class:`protocols.base.Protocol` subclass; the message names the protocol.
+    """
 
 
 def _scan_entry_points() -> None:
+    """Add the installed packages' ``privrec.protocols`` entry points to :data:`PROTOCOLS`, once.
+
+    A name already registered (a built-in one, or an earlier entry point's) keeps its class.
+    Nothing is imported: an entry point is kept as its ``module:Class`` text.
+    """
     global _scanned
     if _scanned:
         return
@@ -55,19 +64,44 @@ def _scan_entry_points() -> None:
 
 
 def protocol_names() -> list[str]:
-    """Every protocol that runs by name: built in and registered by installed packages."""
+    """Every protocol that runs by name: built in and registered by installed packages.
+
+    Returns:
+        The names, sorted. Looking them up reads the installed packages' entry points (once per
+        process) but imports no protocol module.
+    """
     _scan_entry_points()
     return sorted(PROTOCOLS)
 
 
 def is_import_path(name: str) -> bool:
-    """``package.module:Class`` (a dotted module, a colon, a class) rather than a name."""
+    """Whether ``name`` is a class's import path rather than a registered name.
+
+    Args:
+        name: A protocol name as given (``--protocol``, ``compare --protocols``).
+
+    Returns:
+        True for ``package.module:Class``: a dotted module, a colon, an identifier.
+    """
     module, colon, attr = name.partition(":")
     return bool(colon) and "." in module and attr.isidentifier()
 
 
 def get_protocol(name: str):
-    """The Protocol class called ``name``: a registered name, or ``package.module:Class``."""
+    """The Protocol class called ``name``, imported on first use.
+
+    Args:
+        name: A registered name (built in, or an installed package's entry point) or an import
+            path ``package.module:Class``.
+
+    Returns:
+        The :class:`protocols.base.Protocol` subclass.
+
+    Raises:
+        UnknownProtocolError: ``name`` is neither registered nor an import path (the message
+            lists the known names), its module or class cannot be imported, or the class is not
+            a :class:`protocols.base.Protocol` subclass.
+    """
     from protocols.base import Protocol
 
     if is_import_path(name):

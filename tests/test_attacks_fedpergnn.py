@@ -17,13 +17,13 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from scipy import stats
 
 from privacy import oprf
+from privacy.ldp import choose_pseudo_items, clip_and_laplace, pseudo_item_gradients
 from privacy.leakage import (
     dictionary_attack,
     infer_positive_items,
     precision_recall_f1,
     recovery_rate,
 )
-from privacy.ldp import choose_pseudo_items, clip_and_laplace, pseudo_item_gradients
 
 N_ITEMS = 400
 
@@ -223,8 +223,8 @@ def test_real_rows_stand_out_from_pseudo_rows_by_rank(seed):
     """Rating-loss gradients are (error × a shared direction): low rank. Pseudo rows drawn from
     the per-coordinate Gaussian fitted to them are not, and the residual split finds the real
     rows; Laplace noise far above the signal hides them again."""
-    from privacy.leakage import infer_real_rows
     from privacy.ldp import pseudo_item_gradients
+    from privacy.leakage import infer_real_rows
 
     gen = torch.Generator().manual_seed(seed)
     d, n_real, m = 16, 40, 30

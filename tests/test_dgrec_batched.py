@@ -8,7 +8,6 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from protocols.dgrec.model import DGRECUserModel, build_user_hypergraph
 from protocols.dgrec.batched import (
     HypergraphBatch,
     encode_batch,
@@ -17,6 +16,7 @@ from protocols.dgrec.batched import (
     shared_parameters,
     stacked_parameters,
 )
+from protocols.dgrec.model import DGRECUserModel, build_user_hypergraph
 
 N_ITEMS, N_TAGS, DIM, N_INT, HIDDEN = 50, 7, 8, 3, 16
 

@@ -15,6 +15,10 @@ from cluster import wire
 from cluster.message import Message, index_of
 from data.synthetic import synthetic
 from engine import deploy, run_rounds
+from nodes.node import NodeContext
+from protocols.base import ConfigError, build_config
+from protocols.fedpergnn import gat as gat_steps
+from protocols.fedpergnn import messages as msg
 from protocols.fedpergnn.gat_model import (
     LocalGAT,
     build_local_gat_graph,
@@ -22,10 +26,6 @@ from protocols.fedpergnn.gat_model import (
     predict_candidates,
     rating_loss,
 )
-from nodes.node import NodeContext
-from protocols.base import ConfigError, build_config
-from protocols.fedpergnn import gat as gat_steps
-from protocols.fedpergnn import messages as msg
 from protocols.fedpergnn.protocol import FedPerGNN, ratings_by_user
 from protocols.fedpergnn.roles import User
 

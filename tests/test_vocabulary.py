@@ -1,6 +1,6 @@
 """One vocabulary across protocols (issue 15): ``clip``, ``privacy_delta``, ``mechanism``, ``l2``,
-``key_servers``; the old parameter names still work from the Python API, a TOML file and the
-command line, with one warning each, and an error when a value is given under both names."""
+``key_servers``; an old parameter name is an unknown name, refused from the Python API, a TOML file
+and the command line."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import warnings
 
 import pytest
 
-import launch
+import cli
 from protocols import PROTOCOLS, get_protocol
-from protocols.base import ConfigError, RenamedParameterWarning, build_config
+from protocols.base import ConfigError, build_config
 
 # names that no protocol parameter may have any more (each has a new name)
 FORBIDDEN = ("delta", "sharing", "reg", "l2_weight", "weight_decay", "keyservers")
@@ -25,13 +25,6 @@ def test_no_config_uses_an_old_name():
     for name, cls in configs().items():
         fields = {f.name for f in dataclasses.fields(cls)}
         assert not fields & set(FORBIDDEN), f"{name}: {sorted(fields & set(FORBIDDEN))}"
-
-
-def test_aliases_name_fields_and_are_not_fields():
-    for name, cls in configs().items():
-        fields = {f.name for f in dataclasses.fields(cls)}
-        for old, new in cls.ALIASES.items():
-            assert old not in fields and new in fields, f"{name}: {old} -> {new}"
 
 
 @pytest.mark.parametrize(
@@ -51,20 +44,18 @@ def test_aliases_name_fields_and_are_not_fields():
         ("echo", "delta", "increment", 2e-3),
     ],
 )
-def test_old_name_works_and_warns(protocol, old, new, value):
+def test_old_name_is_refused(protocol, old, new, value):
     cls = get_protocol(protocol).Config
-    with pytest.warns(RenamedParameterWarning, match=f"'{old}' is now '{new}'") as caught:
-        cfg = build_config(cls, {old: value})
-    assert len(caught) == 1
-    assert getattr(cfg, new) == value
-    assert cfg == build_config(cls, {new: value})
+    with pytest.raises(ConfigError, match=f"^{old}: unknown parameter"):
+        build_config(cls, {old: value})
+    assert getattr(build_config(cls, {new: value}), new) == value
 
 
 @pytest.mark.parametrize(
     "protocol,old,new", [("dgrec", "delta", "clip"), ("dipsgnn", "delta", "privacy_delta")]
 )
 def test_old_and_new_name_at_once_fail(protocol, old, new):
-    with pytest.raises(ConfigError, match=f"{new}: given twice.*'{old}'"):
+    with pytest.raises(ConfigError, match=f"^{old}: unknown parameter"):
         build_config(get_protocol(protocol).Config, {old: 0.5, new: 0.5})
 
 
@@ -75,22 +66,21 @@ def test_new_names_do_not_warn():
         build_config(get_protocol("dipsgnn").Config, {"privacy_delta": 1e-6, "l2": 0.0})
 
 
-def test_old_names_on_the_command_line_and_in_a_file(tmp_path):
-    _, _, params, _, _ = launch.parse(["--protocol", "dgrec", "--delta", "0.2", "--sharing=float"])
-    assert params == {"delta": 0.2, "sharing": "float"}  # typed by the new field's type
-    with pytest.warns(RenamedParameterWarning):
-        cfg = build_config(get_protocol("dgrec").Config, params)
-    assert (cfg.clip, cfg.mechanism) == (0.2, "float")
+def test_old_names_on_the_command_line_and_in_a_file_are_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--protocol", "dgrec", "--delta", "0.2", "--sharing=float"])
+    assert e.value.code == 2
+    assert "unknown flag --delta" in capsys.readouterr().err.strip().splitlines()[-1]
     toml = tmp_path / "c.toml"
     toml.write_text("delta = 1e-6\nweight_decay = 0.0\n")
-    _, _, params, _, _ = launch.parse(["--protocol", "dipsgnn", "--config", str(toml)])
-    with pytest.warns(RenamedParameterWarning):
-        cfg = build_config(get_protocol("dipsgnn").Config, params)
-    assert (cfg.privacy_delta, cfg.l2) == (1e-6, 0.0)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--protocol", "dipsgnn", "--config", str(toml)])
+    assert e.value.code == 2
+    assert "delta: unknown parameter" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
 def test_old_and_new_flag_at_once_are_refused(capsys):
     with pytest.raises(SystemExit) as e:
-        launch.main(["--protocol", "dgrec", "--delta", "0.2", "--clip", "0.3"])
+        cli.main(["--protocol", "dgrec", "--delta", "0.2", "--clip", "0.3"])
     assert e.value.code == 2
-    assert "clip: given twice" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert "unknown flag --delta" in capsys.readouterr().err.strip().splitlines()[-1]

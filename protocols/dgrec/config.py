@@ -46,7 +46,6 @@ PAPER_RDP = (1.5, 0.54)  # the paper's stated (α, ε) RDP guarantee
 
 @dataclasses.dataclass
 class DGRECConfig(ProtocolConfig):
-    ALIASES: ClassVar[dict[str, str]] = {"delta": "clip", "sharing": "mechanism", "l2_weight": "l2"}
     RESUMABLE: ClassVar[tuple[str, ...]] = (
         *ProtocolConfig.RESUMABLE,
         *("lr", "lr_decay", "lr_cooldown_at", "lr_cooldown_rounds"),

@@ -136,7 +136,7 @@ class DGREC(Protocol):
     )
     QUICK = {"rounds": 3, "eval_every": 1}
     # Zheng et al., CIKM 2023, Book-Crossing, Recall@20 / NDCG@20 in percent, beside LightGCN
-    # (benchmarks/RESULTS.md, DGREC section: "9.68 vs 9.94")
+    # (the paper's main table), which benchmarks.reproduce sets beside ours
     PAPER = PaperFigure(
         on="Book-Crossing",
         percent=True,

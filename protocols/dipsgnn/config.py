@@ -8,7 +8,6 @@ algorithm in protocols/dipsgnn/protocol.py.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
 
 from cluster.message import node_id
 from protocols.base import ProtocolConfig, require
@@ -19,8 +18,6 @@ CALIBRATIONS = ("rigorous", "paper", "authors_code")
 
 @dataclasses.dataclass
 class DIPSGNNConfig(ProtocolConfig):
-    ALIASES: ClassVar[dict[str, str]] = {"delta": "privacy_delta", "weight_decay": "l2"}
-
     eps1: float = 20.0  # feature LDP budget per user (Algorithm 3)
     eps2: float = 5.0  # edge-level central DP budget of the whole training run
     privacy_delta: float = 1e-5  # δ of the (ε2, δ) guarantee

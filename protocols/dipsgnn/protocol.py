@@ -119,7 +119,8 @@ class DIPSGNNProtocol(Protocol):
         "max_len": "max_len",
         "train_fraction": "train_fraction",
     }
-    # Hu & Fang, ML-1M Recall@20 in percent, beside APGNN (benchmarks/RESULTS.md, DIPSGNN)
+    # Hu & Fang, ML-1M Recall@20 in percent, beside APGNN (the paper's main table), which
+    # benchmarks.reproduce sets beside ours
     PAPER = PaperFigure(
         on="ML-1M",
         percent=True,

@@ -12,11 +12,6 @@ from protocols.base import ProtocolConfig, require
 
 @dataclasses.dataclass
 class FedPerGNNConfig(ProtocolConfig):
-    ALIASES: ClassVar[dict[str, str]] = {
-        "reg": "l2",
-        "keyservers": "key_servers",
-        "laplace": "laplace_scale",
-    }
     RESUMABLE: ClassVar[tuple[str, ...]] = (*ProtocolConfig.RESUMABLE, "lr_user")  # read each step
 
     backbone: str = "lightgcn"  # lightgcn (FedLightGCN) | gat (FedPerGNN, rating prediction)

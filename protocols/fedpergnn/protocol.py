@@ -138,8 +138,8 @@ class FedPerGNN(Protocol):
     BASELINE_SHARES = {"dim": "dim", "layers": "layers"}
     ATTACKS = declared_in("protocols.fedpergnn.attacks")
     SECURE_SUM = SECURE_SUM  # what the server sums with --secure-aggregation (roles.py)
-    # the FedLightGCN thesis on gowalla (benchmarks/RESULTS.md, "Gowalla, published LightGCN
-    # split", column "thesis")
+    # the FedLightGCN thesis on gowalla (the published LightGCN split), which benchmarks.reproduce
+    # sets beside ours
     PAPER = PaperFigure(
         on="gowalla",
         method={"recall@20": 0.1661, "ndcg@20": 0.1390},

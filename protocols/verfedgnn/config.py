@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
 
 from models.rating_gnn import KINDS
 from protocols.base import ProtocolConfig, require
@@ -14,9 +13,6 @@ PROJECTIONS = ("gaussian", "sparse", "none")
 
 @dataclasses.dataclass
 class VerFedGNNConfig(ProtocolConfig):
-    # `attack` named the de-anonymization switch before `--attack NAME` named an adversaries' attack
-    ALIASES: ClassVar[dict[str, str]] = {"attack": "deanonymization"}
-
     parties: int = 4  # P
     participation: float = 1.0  # α: S = max(1, round(α·P)) parties per iteration
     gnn: str = "gcn"  # gcn | gat | ggnn | mf
