@@ -9,11 +9,13 @@ data/ or cluster/ imports it.
     for r in rounds(protocol, dep, 5):                    # the one round loop, by hand
         print(r.round, r.train, r.metrics)
 
-Its modules: :mod:`engine.loop` (the one round loop, :func:`rounds`), :mod:`engine.runner` (:func:`run`,
-:func:`resume`, :func:`deploy`),
-:mod:`engine.report` (run directories, metrics.jsonl, summary.json, plots),
-:mod:`engine.checkpoint` (``--checkpoint-every``, ``--resume``) and :mod:`engine.compare`
-(``launch.py compare``). The names below are imported when first used, so importing
+Its modules: :mod:`engine.loop` (the one round loop, :func:`rounds`, and
+:class:`~engine.loop.RoundCallback`), :mod:`engine.runner` (:func:`run`, :func:`resume`,
+:func:`deploy`), :mod:`engine.session` (a deployed run round after round, telling its
+callbacks), :mod:`engine.callbacks` (the run's own outputs: metrics.jsonl, progress bar,
+checkpoints, ...), :mod:`engine.summary` (summary.json), :mod:`engine.report` (run directories,
+metrics.jsonl, plots), :mod:`engine.checkpoint` (``--checkpoint-every``, ``--resume``) and
+:mod:`engine.compare` (``launch.py compare``). The names below are imported when first used, so importing
 ``engine.compare`` or ``engine.checkpoint`` does not start importing Ray.
 """
 
@@ -23,7 +25,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.loop import RoundResult, rounds, run_rounds
+    from engine.loop import RoundCallback, RoundResult, rounds, run_rounds
     from engine.runner import RunSettings, deploy, resume, run
 
 _WHERE = {
@@ -34,8 +36,18 @@ _WHERE = {
     "rounds": "engine.loop",
     "run_rounds": "engine.loop",
     "RoundResult": "engine.loop",
+    "RoundCallback": "engine.loop",
 }
-__all__ = ["RoundResult", "RunSettings", "deploy", "resume", "rounds", "run", "run_rounds"]
+__all__ = [
+    "RoundCallback",
+    "RoundResult",
+    "RunSettings",
+    "deploy",
+    "resume",
+    "rounds",
+    "run",
+    "run_rounds",
+]
 
 
 def __getattr__(name: str):

@@ -5,7 +5,9 @@ settings, the protocol object on the driver (its config, dataset, accountant and
 node's state and RNG on every host, the undelivered message batches, the ledger, the last metrics
 and the wall time spent so far. Resuming rebuilds the deployment with the same placement, puts
 the state back and continues: the rounds after it are the rounds an uninterrupted run would have
-made (tests/test_checkpoint.py).
+made (tests/test_checkpoint.py). The record is a :class:`Checkpoint`; the file holds it as a plain
+dict (:meth:`Checkpoint.payload`: ``format`` and one key per field), which :func:`load_checkpoint`
+turns back into a :class:`Checkpoint`.
 
 Trust. The state is a pickle, and unpickling can run any code the file names (a ``__reduce__``
 that calls ``os.system``). So a checkpoint is authenticated, and nothing in a file is unpickled
@@ -48,7 +50,12 @@ import secrets
 import stat
 import struct
 import warnings
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nodes.step import RoundStats
 
 CHECKPOINT_NAME = "checkpoint.pkl"
 PREVIOUS_NAME = "checkpoint.prev.pkl"
@@ -68,6 +75,83 @@ KEY_SIZE = 32
 
 class CheckpointError(ValueError):
     """A missing, unreadable, foreign or tampered checkpoint; the message names the file."""
+
+
+# --- the record --------------------------------------------------------------------------------
+
+
+@dataclass
+class RunTotals:
+    """What a run has added up over its rounds: summary.json's ``sim_seconds``, ``faults`` and
+    ``rejected``, and each metrics.jsonl row's ``sim_elapsed``.
+
+    Attributes:
+        sim_seconds: simulated seconds of every round so far.
+        faults: every round's fault records (a host lost, a handler raised), in order.
+        rejected: kind -> reason -> messages rejected by their receivers' checks.
+    """
+
+    sim_seconds: float = 0.0
+    faults: list[dict] = field(default_factory=list)
+    rejected: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add(self, stats: RoundStats) -> None:
+        """Add one round's :class:`nodes.step.RoundStats`."""
+        self.sim_seconds += stats.sim_seconds
+        self.faults.extend(stats.faults)
+        for kind, by_reason in stats.rejected.items():
+            total = self.rejected.setdefault(kind, {})
+            for reason, n in by_reason.items():
+                total[reason] = total.get(reason, 0) + n
+
+    @classmethod
+    def from_dict(cls, record: dict | RunTotals | None) -> RunTotals:
+        """The totals a checkpoint file holds as a plain dict (missing keys count as zero)."""
+        if isinstance(record, RunTotals):
+            return record
+        record = record or {}
+        return cls(
+            sim_seconds=record.get("sim_seconds", 0.0),
+            faults=list(record.get("faults", [])),
+            rejected={k: dict(v) for k, v in record.get("rejected", {}).items()},
+        )
+
+
+@dataclass
+class Checkpoint:
+    """Everything the next round of a run depends on, taken between two rounds.
+
+    Attributes:
+        next_round: the round a resumed run starts at (0-based; the rounds before it are done).
+        settings: the run's :class:`engine.runner.RunSettings`.
+        protocol: the protocol object on the driver (its config, dataset, accountant, counters).
+        deployment: :meth:`nodes.deployment.Deployment.snapshot`: every host's pickled nodes,
+            the undelivered message batches, the route and the ledger.
+        metrics: the latest evaluation's metrics (``{}`` before the first).
+        elapsed: wall seconds the run has spent so far.
+        totals: the run's :class:`RunTotals` so far.
+    """
+
+    next_round: int
+    settings: Any
+    protocol: Any
+    deployment: Any
+    metrics: dict
+    elapsed: float
+    totals: RunTotals = field(default_factory=RunTotals)
+
+    def payload(self) -> dict:
+        """The plain dict the file holds: ``format`` and every field, ``totals`` as a dict."""
+        record = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {"format": FORMAT, **record, "totals": asdict(self.totals)}
+
+    @classmethod
+    def from_payload(cls, payload: dict) -> Checkpoint:
+        """The record of a file's payload dict (one without ``totals`` has none added up)."""
+        names = {f.name for f in fields(cls)}
+        record = {k: v for k, v in payload.items() if k in names}
+        record["totals"] = RunTotals.from_dict(payload.get("totals"))
+        return cls(**record)
 
 
 # --- the key -----------------------------------------------------------------------------------
@@ -155,11 +239,22 @@ def _verifying_key(path: Path) -> bytes:
 # --- saving ------------------------------------------------------------------------------------
 
 
-def save_checkpoint(run_dir: Path, state: dict) -> Path:
-    """Write ``state`` to ``run_dir/checkpoint.pkl`` atomically: into a temporary file (mode
+def save_checkpoint(run_dir: Path, checkpoint: Checkpoint) -> Path:
+    """Write ``checkpoint`` to ``run_dir/checkpoint.pkl`` atomically: into a temporary file (mode
     0600), signed, fsync'd, then renamed over the old one, which is kept as
     ``checkpoint.prev.pkl``. A crash at any point leaves a complete checkpoint behind (the old or
-    the new one)."""
+    the new one).
+
+    Args:
+        run_dir: the run folder (it exists).
+        checkpoint: the record to write; the file holds :meth:`Checkpoint.payload`, pickled.
+
+    Returns:
+        The path of the checkpoint written (``run_dir/checkpoint.pkl``).
+
+    Raises:
+        CheckpointError: the checkpoint key would live inside ``run_dir``, or cannot be read.
+    """
     run_dir = Path(run_dir)
     path, prev = run_dir / CHECKPOINT_NAME, run_dir / PREVIOUS_NAME
     key_file = key_path()
@@ -175,7 +270,7 @@ def save_checkpoint(run_dir: Path, state: dict) -> Path:
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w+b") as f:
             f.write(bytes(HEADER_SIZE))  # filled in once the payload's length and tag are known
-            pickle.dump({"format": FORMAT, **state}, f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(checkpoint.payload(), f, protocol=pickle.HIGHEST_PROTOCOL)
             head = _LAYOUT.pack(MAGIC, FORMAT, f.tell() - HEADER_SIZE)
             mac = hmac.new(key, head, hashlib.sha256)
             f.seek(HEADER_SIZE)  # the payload as written (from the page cache), in file order
@@ -219,11 +314,22 @@ def _why_none(run_dir: Path) -> str:
     )
 
 
-def load_checkpoint(run_dir: str | Path) -> dict:
+def load_checkpoint(run_dir: str | Path) -> Checkpoint:
     """The last good checkpoint of ``run_dir``: ``checkpoint.pkl``, or the one before it when that
     one is missing or refused (a crash between the two renames of :func:`save_checkpoint`, a
     damaged disk; a warning says why the newer one was passed over). Both are verified before
-    either is unpickled."""
+    either is unpickled.
+
+    Args:
+        run_dir: the run folder.
+
+    Returns:
+        The :class:`Checkpoint` (a file without ``totals`` gets empty :class:`RunTotals`).
+
+    Raises:
+        CheckpointError: neither file is there, or neither verifies and reads (the message names
+            the file and why; nothing refused was unpickled).
+    """
     path, prev = Path(run_dir) / CHECKPOINT_NAME, Path(run_dir) / PREVIOUS_NAME
     try:
         return _load(path)
@@ -240,7 +346,7 @@ def load_checkpoint(run_dir: str | Path) -> dict:
         raise
 
 
-def _load(path: Path) -> dict:
+def _load(path: Path) -> Checkpoint:
     if not path.is_file():
         raise CheckpointError(f"{path}: no checkpoint ({_why_none(path.parent)})")
     try:
@@ -261,7 +367,7 @@ def _load(path: Path) -> dict:
         raise CheckpointError(
             f"{path}: checkpoint format {state['format']}, this version reads {FORMAT}"
         )
-    return state
+    return Checkpoint.from_payload(state)
 
 
 def _verified_payload(path: Path, data: bytes) -> memoryview:

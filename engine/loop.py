@@ -13,9 +13,10 @@ Round t (0-based) of ``rounds(protocol, dep, stop, start=s)``, for t = s, …, s
    protocol's ``config.eval_every`` unless given; 0: never) or t is the last round;
 4. ``stats = dep.round_stats()`` — simulated seconds, dropped, late and faulted participants.
 
-Observers of a run (:class:`RoundCallback`: ``on_round(row)`` after each round, ``on_end(summary)``
-once at its end) are given to :func:`engine.runner.run` / :func:`engine.runner.resume` as
-``callbacks``; ``--tensorboard``'s writer is one (engine/tensorboard.py).
+Observers of a run (:class:`RoundCallback`) are given to :func:`engine.runner.run` /
+:func:`engine.runner.resume` as ``callbacks``; the runner's own outputs (metrics.jsonl, the
+progress bar, checkpoints, ``--tensorboard``'s writer: engine/callbacks.py) are callbacks too, told
+in the order the run lists them (engine/session.py).
 """
 
 from __future__ import annotations
@@ -44,22 +45,51 @@ class RoundResult:
 
 
 class RoundCallback:
-    """An observer of a run: :func:`engine.runner.run` calls ``on_round(row)`` after each round
-    with the row it wrote to metrics.jsonl (round, train, metrics when evaluated, bytes by kind,
-    privacy, simulated seconds, ...), and ``on_end(summary)`` once when the run ends: summary.json's
-    dict, or None when the run stopped (a node failed, Ctrl-C, an error). Both do nothing here."""
+    """An observer of a run (engine/session.py drives the hooks; each does nothing here):
+
+    - ``on_start(state)``: once, before the first round; ``state`` is the run's
+      :class:`engine.session.RunState`, which a callback may keep (it changes as the run goes);
+    - ``before_round(state, rnd)``: before round ``rnd`` starts;
+    - ``on_evaluating(state, evaluating)``: True before the protocol's evaluation, False after;
+    - ``on_round(row)``: after each round, with the row metrics.jsonl holds (round, train,
+      metrics when evaluated, bytes by kind, privacy, simulated seconds, ...);
+    - ``on_failure(state, error)``: a node stopped the run (:class:`nodes.deployment.NodeFailure`),
+      before summary.json says so;
+    - ``on_end(summary)``: once when the run ends: summary.json's dict, or None when the run
+      stopped (a node failed, Ctrl-C, an error).
+    """
+
+    def on_start(self, state) -> None:
+        pass
+
+    def before_round(self, state, rnd: int) -> None:
+        pass
+
+    def on_evaluating(self, state, evaluating: bool) -> None:
+        pass
 
     def on_round(self, row: dict) -> None:
+        pass
+
+    def on_failure(self, state, error: Exception) -> None:
         pass
 
     def on_end(self, summary: dict | None) -> None:
         pass
 
 
+def notify(callbacks, hook: str, *args) -> None:
+    """``cb.<hook>(*args)`` for every callback that has the hook, in order (an observer that is
+    not a :class:`RoundCallback` may define only the hooks it needs)."""
+    for cb in callbacks:
+        method = getattr(cb, hook, None)
+        if method is not None:
+            method(*args)
+
+
 def notify_round(callbacks, row: dict) -> None:
     """``cb.on_round(row)`` for every callback, in order."""
-    for cb in callbacks:
-        cb.on_round(row)
+    notify(callbacks, "on_round", row)
 
 
 def notify_end(callbacks, summary: dict | None) -> None:
@@ -68,7 +98,8 @@ def notify_end(callbacks, summary: dict | None) -> None:
     error = None
     for cb in callbacks:
         try:
-            cb.on_end(summary)
+            if hasattr(cb, "on_end"):
+                cb.on_end(summary)
         except Exception as e:  # noqa: BLE001 — the others still close their files
             error = error or e
     if error is not None:

@@ -56,15 +56,17 @@ def new_run_dir(out: str | Path, protocol: str) -> Path:
     return path
 
 
-def _jsonable(x):
+def jsonable(x):
+    """``x`` as metrics.jsonl and summary.json hold it: non-finite floats None, dict keys strings,
+    tuples lists, numpy and torch scalars Python numbers."""
     if isinstance(x, float) and not math.isfinite(x):
         return None
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if hasattr(x, "item") and callable(x.item):  # numpy / torch scalars
-        return _jsonable(x.item())
+        return jsonable(x.item())
     return x
 
 
@@ -106,7 +108,7 @@ class RunReport:
         self._metrics.flush()
 
     def write_config(self, config: dict) -> None:
-        (self.dir / "config.json").write_text(json.dumps(_jsonable(config), indent=2) + "\n")
+        (self.dir / "config.json").write_text(json.dumps(jsonable(config), indent=2) + "\n")
 
     def record_change(
         self, from_round: int, config: dict, params: dict, rounds: int | None = None
@@ -125,17 +127,22 @@ class RunReport:
 
     def add_round(self, row: dict) -> dict:
         """Append ``row`` to metrics.jsonl; returns it as written (the round callbacks' row)."""
-        row = _jsonable(row)
+        row = jsonable(row)
         self.rows.append(row)
         self._metrics.write(json.dumps(row) + "\n")
         self._metrics.flush()
         return row
 
     def write_summary(self, summary: dict) -> None:
-        missing = [k for k in SUMMARY_KEYS if k not in summary]
+        """summary.json (engine/summary.py). A finished run's holds every :data:`SUMMARY_KEYS`; a
+        failed run's (``status: "failed"``) holds what stopped it, a value JSON cannot hold
+        written as its ``str``."""
+        failed = summary.get("status") == "failed"
+        missing = [] if failed else [k for k in SUMMARY_KEYS if k not in summary]
         if missing:
             raise ValueError(f"summary lacks {missing}")
-        (self.dir / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2) + "\n")
+        text = json.dumps(jsonable(summary), indent=2, default=str if failed else None)
+        (self.dir / "summary.json").write_text(text + "\n")
 
     def close(self) -> None:
         self._metrics.close()

@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-import launch
+import cli
 from benchmarks.run_report import summarize
 from data.synthetic import synthetic
 from engine import RunSettings, resume, run
@@ -50,7 +50,7 @@ def test_resumed_run_equals_the_uninterrupted_run(ray_local, tmp_path):
     data = synthetic(n_users=40, n_items=60, seed=1)
     full_dir, full = run(_settings(tmp_path, "full"), data)
     part_dir, _ = run(_settings(tmp_path, "part", rounds=2, checkpoint_every=2), data)
-    assert load_checkpoint(part_dir)["next_round"] == 2
+    assert load_checkpoint(part_dir).next_round == 2
     # a row written after the checkpoint (the run went on, then died) is replaced on resume
     with open(part_dir / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"round": 2, "junk": 1}) + "\n")
@@ -60,7 +60,7 @@ def test_resumed_run_equals_the_uninterrupted_run(ray_local, tmp_path):
         assert resumed[key] == full[key], key
     assert _rows(resumed_dir) == _rows(full_dir)
     # the resumed run checkpointed again after its last round: it can be extended further
-    assert load_checkpoint(part_dir)["next_round"] == 4
+    assert load_checkpoint(part_dir).next_round == 4
     with pytest.raises(CheckpointError, match="must exceed"):
         resume(part_dir, 4, progress=False)
 
@@ -98,15 +98,15 @@ def test_bad_checkpoints_are_named(tmp_path, capsys):
     with pytest.raises(CheckpointError, match="unsigned checkpoint"):
         load_checkpoint(tmp_path)
     with pytest.raises(SystemExit):
-        launch.main(["--resume", str(tmp_path), "--rounds", "5"])
+        cli.main(["--resume", str(tmp_path), "--rounds", "5"])
     assert "--resume" in capsys.readouterr().err.strip().splitlines()[-1]
     with pytest.raises(SystemExit):
-        launch.main(["--resume", str(tmp_path), "--dim", "4"])
+        cli.main(["--resume", str(tmp_path), "--dim", "4"])
     assert "config.json" in capsys.readouterr().err.strip().splitlines()[-1]
     cfg = tmp_path / "run.toml"
     cfg.write_text("dim = 4\n")
     with pytest.raises(SystemExit):
-        launch.main(["--resume", str(tmp_path), "--config", str(cfg)])
+        cli.main(["--resume", str(tmp_path), "--config", str(cfg)])
     assert "from the checkpoint" in capsys.readouterr().err
 
 
@@ -131,11 +131,11 @@ def test_ctrl_c_names_the_round_and_the_resume(ray_local, tmp_path, monkeypatch)
         run(_settings(tmp_path, "part", checkpoint_every=1), data)
     monkeypatch.setattr(FedMF, "run_round", real)
     run_dir = next((tmp_path / "part").iterdir())
-    assert load_checkpoint(run_dir)["next_round"] == 2
+    assert load_checkpoint(run_dir).next_round == 2
     # the hint works as printed: without --rounds the run goes on to its own planned 4 rounds
-    assert launch.main(["--resume", str(run_dir), "--no-progress"]) == 0
+    assert cli.main(["--resume", str(run_dir), "--no-progress"]) == 0
     assert json.loads((run_dir / "summary.json").read_text())["rounds"] == 4
-    assert load_checkpoint(run_dir)["next_round"] == 4
+    assert load_checkpoint(run_dir).next_round == 4
     with pytest.raises(CheckpointError, match="all 4 planned rounds are done"):
         resume(run_dir, progress=False)
 
@@ -155,10 +155,10 @@ def test_resumed_with_a_cooldown_equals_the_run_with_it_from_the_start(ray_local
     )
     assert flat["metrics"] != full["metrics"]  # the cooldown changes rounds 2 and 3
     with pytest.raises(SystemExit):
-        launch.main(["--resume", str(part_dir), "--rounds", "4", "--dim", "4", "--no-progress"])
+        cli.main(["--resume", str(part_dir), "--rounds", "4", "--dim", "4", "--no-progress"])
     assert "dim: cannot change when a run resumes" in capsys.readouterr().err
     flags = ["--lr-cooldown-at", "2", "--lr-cooldown-rounds", "3", "--no-progress"]
-    assert launch.main(["--resume", str(part_dir), "--rounds", "4", *flags]) == 0
+    assert cli.main(["--resume", str(part_dir), "--rounds", "4", *flags]) == 0
     resumed = json.loads((part_dir / "summary.json").read_text())
     for key in ("metrics", "bytes_total", "bytes_by_kind", "messages"):
         assert resumed[key] == full[key], key
@@ -184,7 +184,7 @@ def test_resumed_with_a_cooldown_equals_the_run_with_it_from_the_start(ray_local
 def test_flags_that_cannot_change_on_resume_are_refused(tmp_path, capsys, flags):
     (tmp_path / "config.json").write_text(json.dumps({"settings": {"protocol": "fedmf"}}))
     with pytest.raises(SystemExit) as e:
-        launch.main(["--resume", str(tmp_path), *flags])
+        cli.main(["--resume", str(tmp_path), *flags])
     assert e.value.code == 2
     line = capsys.readouterr().err.strip().splitlines()
     assert len(line) == 1 and flags[0] in line[0] and "cannot change" in line[0]

@@ -5,6 +5,7 @@ machine's key — an older plain pickle, a forged or foreign one, one changed af
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import os
@@ -17,13 +18,14 @@ from pathlib import Path
 
 import pytest
 
-import launch
+import cli
 from engine.checkpoint import (
     CHECKPOINT_NAME,
     FORMAT,
     HEADER_SIZE,
     MAGIC,
     PREVIOUS_NAME,
+    Checkpoint,
     CheckpointError,
     key_path,
     load_checkpoint,
@@ -38,6 +40,7 @@ STATE = {
     "metrics": {"recall@20": 0.5},
     "elapsed": 1.0,
 }
+CHECKPOINT = Checkpoint(**STATE)
 
 
 class _CreatesFile:
@@ -73,8 +76,8 @@ def test_the_crafted_payload_would_run_if_unpickled(tmp_path):
 def test_own_checkpoint_round_trips_with_a_private_key(home, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    path = save_checkpoint(run_dir, STATE)
-    assert load_checkpoint(run_dir) == {"format": FORMAT, **STATE}
+    path = save_checkpoint(run_dir, CHECKPOINT)
+    assert load_checkpoint(run_dir) == CHECKPOINT
     data = path.read_bytes()
     assert data.startswith(MAGIC) and len(data) > HEADER_SIZE
     key = key_path()
@@ -85,8 +88,8 @@ def test_own_checkpoint_round_trips_with_a_private_key(home, tmp_path):
     assert not any(p.name.endswith(".key") for p in run_dir.iterdir())
     # the key is made once and kept: a second save signs with the same one
     before = key.read_bytes()
-    save_checkpoint(run_dir, {**STATE, "next_round": 3})
-    assert key.read_bytes() == before and load_checkpoint(run_dir)["next_round"] == 3
+    save_checkpoint(run_dir, dataclasses.replace(CHECKPOINT, next_round=3))
+    assert key.read_bytes() == before and load_checkpoint(run_dir).next_round == 3
 
 
 def test_the_key_comes_from_the_os_not_the_run(home, tmp_path, monkeypatch):
@@ -95,7 +98,7 @@ def test_the_key_comes_from_the_os_not_the_run(home, tmp_path, monkeypatch):
     for name in ("a", "b"):
         monkeypatch.setenv("PRIVREC_HOME", str(tmp_path / name))
         (tmp_path / f"run-{name}").mkdir()
-        save_checkpoint(tmp_path / f"run-{name}", STATE)
+        save_checkpoint(tmp_path / f"run-{name}", CHECKPOINT)
         keys.append(key_path().read_bytes())
     assert keys[0] != keys[1]
 
@@ -105,7 +108,7 @@ def _evil_variants(tmp_path: Path, marker: Path) -> dict[str, bytes]:
     evil = _evil_pickle(marker)
     genuine_dir = tmp_path / "genuine"
     genuine_dir.mkdir()
-    genuine = save_checkpoint(genuine_dir, STATE).read_bytes()
+    genuine = save_checkpoint(genuine_dir, CHECKPOINT).read_bytes()
     head = MAGIC + FORMAT.to_bytes(2, "big") + len(evil).to_bytes(8, "big")
     other_key = secrets.token_bytes(32)  # another machine's
     foreign = head + hmac.new(other_key, head + evil, hashlib.sha256).digest() + evil
@@ -130,7 +133,7 @@ def test_crafted_checkpoints_are_refused_unread(home, tmp_path, capsys):
             load_checkpoint(run_dir)
         assert str(run_dir / CHECKPOINT_NAME) in str(e.value) and "\n" not in str(e.value)
         with pytest.raises(SystemExit) as e:
-            launch.main(["--resume", str(run_dir), "--no-progress"])
+            cli.main(["--resume", str(run_dir), "--no-progress"])
         assert e.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "--resume" in err[0] and why in err[0], err
@@ -147,7 +150,7 @@ def test_launch_resume_refuses_a_crafted_checkpoint_in_one_line(home, tmp_path):
     (run_dir / PREVIOUS_NAME).write_bytes(MAGIC + bytes(HEADER_SIZE) + _evil_pickle(marker))
     done = subprocess.run(
         [sys.executable, "launch.py", "--resume", str(run_dir)],
-        cwd=Path(launch.__file__).parent,
+        cwd=Path(cli.__file__).parents[1],
         env={**os.environ, "PRIVREC_HOME": str(home)},
         capture_output=True,
         text=True,
@@ -163,17 +166,17 @@ def test_launch_resume_refuses_a_crafted_checkpoint_in_one_line(home, tmp_path):
 def test_a_refused_newest_falls_back_to_the_previous_one(home, tmp_path):
     tmp_path = tmp_path / "run"
     tmp_path.mkdir()
-    save_checkpoint(tmp_path, STATE)
-    save_checkpoint(tmp_path, {**STATE, "next_round": 3})
+    save_checkpoint(tmp_path, CHECKPOINT)
+    save_checkpoint(tmp_path, dataclasses.replace(CHECKPOINT, next_round=3))
     newest = tmp_path / CHECKPOINT_NAME
     data = bytearray(newest.read_bytes())
     data[-2] ^= 1  # one bit of the payload
     newest.write_bytes(bytes(data))
     with pytest.warns(UserWarning, match="changed since it was written.*checkpoint.prev.pkl"):
-        assert load_checkpoint(tmp_path)["next_round"] == 2
+        assert load_checkpoint(tmp_path).next_round == 2
     newest.write_bytes(newest.read_bytes()[:-7])  # truncated: the declared length says so
     with pytest.warns(UserWarning, match="truncated"):
-        assert load_checkpoint(tmp_path)["next_round"] == 2
+        assert load_checkpoint(tmp_path).next_round == 2
     prev = tmp_path / PREVIOUS_NAME
     prev.write_bytes(prev.read_bytes()[: HEADER_SIZE + 5])
     with pytest.raises(CheckpointError, match=f"{CHECKPOINT_NAME}: .*truncated"):
@@ -184,7 +187,7 @@ def test_resuming_on_another_machine_of_yours_takes_its_key_file(home, tmp_path,
     """What README says: copy the key file to the other machine (here: another PRIVREC_HOME)."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    save_checkpoint(run_dir, STATE)
+    save_checkpoint(run_dir, CHECKPOINT)
     laptop = tmp_path / "laptop"
     monkeypatch.setenv("PRIVREC_HOME", str(laptop))
     with pytest.raises(CheckpointError, match="there is no .*checkpoint.key here.*copy"):
@@ -192,7 +195,7 @@ def test_resuming_on_another_machine_of_yours_takes_its_key_file(home, tmp_path,
     laptop.mkdir(mode=0o700)
     (laptop / "checkpoint.key").write_bytes((home / "checkpoint.key").read_bytes())
     os.chmod(laptop / "checkpoint.key", 0o600)
-    assert load_checkpoint(run_dir)["next_round"] == 2
+    assert load_checkpoint(run_dir).next_round == 2
     os.chmod(laptop / "checkpoint.key", 0o644)  # readable by others: refused, as ssh would
     with pytest.raises(CheckpointError, match="accessible to other users.*chmod 600"):
         load_checkpoint(run_dir)
@@ -201,5 +204,5 @@ def test_resuming_on_another_machine_of_yours_takes_its_key_file(home, tmp_path,
 def test_the_key_never_lives_in_the_run_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("PRIVREC_HOME", str(tmp_path / "keys"))
     with pytest.raises(CheckpointError, match="must not live in the run folder"):
-        save_checkpoint(tmp_path, STATE)
+        save_checkpoint(tmp_path, CHECKPOINT)
     assert not (tmp_path / CHECKPOINT_NAME).exists()

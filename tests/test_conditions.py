@@ -12,6 +12,7 @@ import pytest
 from engine.checkpoint import (
     CHECKPOINT_NAME,
     PREVIOUS_NAME,
+    Checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
@@ -89,7 +90,7 @@ def test_impossible_conditions_are_refused_with_the_parameter_named(values, name
 
 
 def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one_loadable(tmp_path, monkeypatch):
-    save_checkpoint(tmp_path, {"next_round": 3, **_fields()})
+    save_checkpoint(tmp_path, Checkpoint(next_round=3, **_fields()))
 
     class Crash(Exception):
         pass
@@ -100,20 +101,20 @@ def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one_loadable(tmp
 
     monkeypatch.setattr(pickle, "dump", dump_half_then_die)
     with pytest.raises(Crash):
-        save_checkpoint(tmp_path, {"next_round": 4, **_fields()})
+        save_checkpoint(tmp_path, Checkpoint(next_round=4, **_fields()))
     monkeypatch.undo()
-    assert load_checkpoint(tmp_path)["next_round"] == 3
+    assert load_checkpoint(tmp_path).next_round == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == [CHECKPOINT_NAME]  # no temporary left
 
     # a crash between the two renames (the newest file is missing) or a damaged newest file: the
     # previous checkpoint is taken
-    save_checkpoint(tmp_path, {"next_round": 4, **_fields()})
-    assert load_checkpoint(tmp_path)["next_round"] == 4
+    save_checkpoint(tmp_path, Checkpoint(next_round=4, **_fields()))
+    assert load_checkpoint(tmp_path).next_round == 4
     (tmp_path / CHECKPOINT_NAME).write_bytes(b"\x80\x05trunc")
-    assert load_checkpoint(tmp_path)["next_round"] == 3
+    assert load_checkpoint(tmp_path).next_round == 3
     (tmp_path / CHECKPOINT_NAME).unlink()
     assert (tmp_path / PREVIOUS_NAME).is_file()
-    assert load_checkpoint(tmp_path)["next_round"] == 3
+    assert load_checkpoint(tmp_path).next_round == 3
 
 
 def _fields() -> dict:

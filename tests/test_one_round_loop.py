@@ -1,4 +1,4 @@
-"""One round loop (issue 27): the tests and the benchmarks advance protocols through
+"""One round loop: the tests and the benchmarks advance protocols through
 ``engine.rounds`` / ``engine.run_rounds``, never by calling ``.run_round(`` or ``.begin_round(``
 themselves, so every round they measure or check is a round as the runner makes it (run
 conditions, snapshots, injected kills, evaluation points, round statistics)."""
@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("tests", "benchmarks")
@@ -26,13 +28,6 @@ ALLOWED = {
     ): (
         "round 0's DGREC gossip is driven superstep by superstep to kill a host between two "
         "gossip steps; the next round goes through engine.rounds"
-    ),
-    ("benchmarks/fedlightgcn_round.py", "_rounds_before_loop", "begin_round"): (
-        "--before-tree times an older checkout that has no engine.rounds: this stand-in is "
-        "used only when `from engine import rounds` fails there"
-    ),
-    ("benchmarks/fedlightgcn_round.py", "_rounds_before_loop", "run_round"): (
-        "the same stand-in for checkouts older than engine.rounds"
     ),
 }
 
@@ -102,3 +97,98 @@ def test_the_scan_reads_code_not_comments(tmp_path):
         ("f", "run_round", 7),
         ("C.g", "run_round", 10),
     ]
+
+
+# --- the run's record and its observers (engine/checkpoint.py, engine/loop.py) ------------------
+
+
+def _signed(payload: dict) -> bytes:
+    """A checkpoint file of ``payload`` signed with this machine's key, as save_checkpoint lays
+    it out (engine/checkpoint.py's module docstring)."""
+    import hashlib
+    import hmac
+    import pickle
+
+    from engine import checkpoint as ck
+
+    body = pickle.dumps(payload)
+    head = ck._LAYOUT.pack(ck.MAGIC, ck.FORMAT, len(body))
+    return head + hmac.new(ck._signing_key(), head + body, hashlib.sha256).digest() + body
+
+
+def test_a_checkpoint_file_holds_a_plain_dict_and_loads_as_a_checkpoint(tmp_path, monkeypatch):
+    from engine.checkpoint import (
+        CHECKPOINT_NAME,
+        FORMAT,
+        Checkpoint,
+        RunTotals,
+        load_checkpoint,
+        save_checkpoint,
+    )
+
+    monkeypatch.setenv("PRIVREC_HOME", str(tmp_path / "home"))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    fields = {
+        "next_round": 2,
+        "settings": {"rounds": 4},
+        "protocol": "a protocol",
+        "deployment": {"hosts": []},
+        "metrics": {"recall@20": 0.5},
+        "elapsed": 1.5,
+    }
+    totals = {"sim_seconds": 3.0, "faults": [{"kind": "host"}], "rejected": {"m": {"size": 2}}}
+    # a dict with its totals as a dict, as every privrec of this format writes the file
+    (run_dir / CHECKPOINT_NAME).write_bytes(_signed({"format": FORMAT, **fields, "totals": totals}))
+    loaded = load_checkpoint(run_dir)
+    assert loaded == Checkpoint(**fields, totals=RunTotals(**totals))
+    assert loaded.payload() == {"format": FORMAT, **fields, "totals": totals}
+    # a dict without totals: nothing added up yet
+    (run_dir / CHECKPOINT_NAME).write_bytes(_signed({"format": FORMAT, **fields}))
+    assert load_checkpoint(run_dir).totals == RunTotals()
+    # save_checkpoint writes the same plain dict
+    save_checkpoint(run_dir, loaded)
+    assert load_checkpoint(run_dir) == loaded
+
+
+def test_run_totals_add_up_the_rounds():
+    from engine.checkpoint import RunTotals
+    from nodes.step import RoundStats
+
+    totals = RunTotals()
+    totals.add(RoundStats(sim_seconds=1.5, rejected={"m": {"size": 1}}, faults=[{"round": 0}]))
+    totals.add(RoundStats(sim_seconds=2.0, rejected={"m": {"size": 2, "tag": 1}, "n": {"x": 1}}))
+    assert totals == RunTotals(
+        sim_seconds=3.5,
+        faults=[{"round": 0}],
+        rejected={"m": {"size": 3, "tag": 1}, "n": {"x": 1}},
+    )
+
+
+def test_an_observer_defines_only_the_hooks_it_needs():
+    from engine.loop import RoundCallback, notify, notify_end, notify_round
+
+    seen = []
+
+    class Rows:  # not a RoundCallback: on_round only
+        def on_round(self, row):
+            seen.append(("rows", row["round"]))
+
+    class Ends(RoundCallback):
+        def on_end(self, summary):
+            seen.append(("end", summary))
+            raise OSError("disk full")
+
+    class Last(RoundCallback):
+        def before_round(self, state, rnd):
+            seen.append(("before", rnd))
+
+        def on_end(self, summary):
+            seen.append(("last end", summary))
+
+    callbacks = [Rows(), Ends(), Last()]
+    notify(callbacks, "before_round", None, 0)
+    notify_round(callbacks, {"round": 0})
+    with pytest.raises(OSError, match="disk full"):  # raised after every callback was told
+        notify_end(callbacks, None)
+    assert seen == [("before", 0), ("rows", 0), ("end", None), ("last end", None)]

@@ -185,7 +185,7 @@ def test_a_raising_server_stops_in_one_line_and_its_checkpoint_resumes(ray_local
         "error": "ZeroDivisionError: aggregation of nothing",
     }
     flag.unlink()  # the server's bug fixed: the resumed run completes
-    dataset = load_checkpoint(run_dir)["protocol"].dataset
+    dataset = load_checkpoint(run_dir).protocol.dataset
     resumed_dir, resumed = resume(run_dir, progress=False)
     assert resumed["status"] == "ok" and [r["round"] for r in read_rows(resumed_dir)] == list(
         range(ROUNDS)
