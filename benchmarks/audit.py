@@ -1,4 +1,4 @@
-"""Privacy audits of every mechanism privrec implements (issue 44): an empirical lower bound on ε
+"""Privacy audits of every mechanism privrec implements: an empirical lower bound on ε
 (95 % confidence) beside the rigorous ε of the one accountant (privacy/accountant.py) and the
 paper's claim.
 
@@ -313,7 +313,7 @@ def _dipsgnn(quick: bool) -> list[pa.Audit]:
             out.append(
                 pa.Audit(
                     name=f"DIPSGNN eq. 7 noise, {calibration} σ = {sigma:.3g}, {what}",
-                    code_path="models.dipsgnn.DIPSGNN.noisy_aggregate, σ = "
+                    code_path="models.gated_session_gnn.DIPSGNN.noisy_aggregate, σ = "
                     "privacy.calibration.noise_sigma",
                     neighbours=f"edge of weight w_max = {c.max_edge_weight:g} present vs absent",
                     sampler=dipsgnn_aggregate_sampler(
@@ -481,7 +481,7 @@ def dipsgnn_one_run(
     probability ½ (its prefix is [a_i, b_i]: the edge of weight 1 = w_max) or not (prefix [a_i]:
     the same graph without the edge; b_i's row is then padding, whose adjacency is zero). The
     examples are trained for ``epochs`` epochs by the curator's own loop
-    (``models.dipsgnn_training.train_epoch``: its shuffled batches of ``batch_size``, the model's
+    (``models.session_training.train_epoch``: its shuffled batches of ``batch_size``, the model's
     forward with eq. 7's ``noisy_aggregate`` at σ, Adam steps), T = 1 gated step.
 
     The auditor sees every release (each batch's noisy A_in·H̄ and A_out·H̄: what the accountant
@@ -496,8 +496,8 @@ def dipsgnn_one_run(
     import torch.nn.functional as F
 
     from data.sequences import PrefixExamples
-    from models.dipsgnn import DIPSGNN
-    from models.dipsgnn_training import train_epoch
+    from models.gated_session_gnn import DIPSGNN
+    from models.session_training import train_epoch
     from privacy.calibration import graph_sensitivity, noise_sigma
 
     c = config
@@ -592,7 +592,7 @@ def dipsgnn_one_run_record(label: str, config, canaries: int, epochs: int, seed:
         run,
         seed,
         name=f"{DIPSGNN_ONE_RUN_NAME}, {label}",
-        code_path="models.dipsgnn_training.train_epoch (DIPSGNN.noisy_aggregate, eq. 7), "
+        code_path="models.session_training.train_epoch (DIPSGNN.noisy_aggregate, eq. 7), "
         "privacy.audit.one_run_audit",
         neighbours="canary transition a → b (weight w_max = 1) in its prefix or not",
         samples_text=f"m = {canaries:,} canaries, 1 run of {epochs} epoch"

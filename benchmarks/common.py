@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "out"
-# the split of DGREC's section of RESULTS.md and of every ciao figure there: an iterated k-core
-# of >= 10 interactions per user and item, then a per-user random 80/20 split
+# the split DGREC's benchmarks and every recorded ciao figure use: an iterated k-core of >= 10
+# interactions per user and item, then a per-user random 80/20 split
 K10_SPLIT = {"split": "random", "min_user_interactions": 10, "min_item_interactions": 10}
 
 
@@ -54,6 +54,24 @@ def machine() -> dict:
 def command() -> str:
     """The command line as typed (``python -m benchmarks.X ...``)."""
     return " ".join(["python", *sys.orig_argv[1:]])
+
+
+def commit() -> str | None:
+    """The commit the code was measured on (``git rev-parse --short HEAD``), ``+dirty`` when
+    tracked files differ from it; None outside a git checkout or without git."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60)
+
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        if head.returncode != 0:
+            return None
+        dirty = git("diff", "--quiet", "HEAD", "--").returncode != 0
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
 # --- where results go: recorded results are kept ------------------------------------------------
@@ -135,16 +153,17 @@ def writable(path: Path, write: bool = False) -> Path:
 
 
 def write_result(name: str, figures: dict, *, echo: bool = True, write: bool = False) -> Path:
-    """Write ``benchmarks/out/<name>.json`` (the figures, the date, the command, the machine) and
-    return its path; ``echo``: also print the whole document on stdout. A file git tracks is
-    overwritten only with ``write`` (the command's ``--write``); else the document goes to
-    ``<name>-local.json`` (:func:`writable`), whose path is returned."""
+    """Write ``benchmarks/out/<name>.json`` (the figures, the date, the command, the commit, the
+    machine) and return its path; ``echo``: also print the whole document on stdout. A file git
+    tracks is overwritten only with ``write`` (the command's ``--write``); else the document goes
+    to ``<name>-local.json`` (:func:`writable`), whose path is returned."""
     check_name(name)
     OUT.mkdir(exist_ok=True)
     doc = {
         "benchmark": name,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": command(),  # as typed, `-m benchmarks.X` kept
+        "commit": commit(),  # what RESULTS.md's commit column cites
         "machine": machine(),
         "figures": figures,
     }

@@ -10,7 +10,7 @@ Writes benchmarks/out/dgrec-<dataset>[-<name>].json (benchmarks/common.py; a rec
 file git tracks, is refused before anything runs unless --write is given): Recall/NDCG@20 per
 variant, bytes per participating user per round beside the paper's worst case and float sharing,
 ε, wall time. ``--dmf-rounds 0`` / ``--lightgcn-epochs 0`` / ``--hypergnn-epochs 0`` skip those
-baselines. The centralized HyperGNN (models/dgrec_central.py) is DGREC's own model trained with one
+baselines. The centralized HyperGNN (protocols/dgrec/central.py) is DGREC's own model trained with one
 shared copy and exact gradients: the ceiling of the per-user model on the dataset;
 ``--hypergnn-variants`` trains it with parts of stage 2 switched (HYPERGNN_VARIANTS) to show which
 part caps it.
@@ -147,7 +147,7 @@ def central_hypergnn(ds: RecDataset, epochs: int, params: dict, eval_every: int 
     """DGREC's model trained centrally (shared copy, Adam 1e-3) on the hypergraphs DGREC's users
     build with ρ = 1 over the same inter-user graph; best and last Recall/NDCG@20 of the curve."""
     from data.graphs import user_graph
-    from models.dgrec_central import HyperGNNTrainer
+    from protocols.dgrec.central import HyperGNNTrainer
 
     t0 = time.perf_counter()
     item_tags = ds.item_tags

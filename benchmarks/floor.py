@@ -116,9 +116,9 @@ TRANSPORTS = ("calls", "channels")
 EMPTY_HOSTS = 3  # the empty superstep's host actors
 # --quick: a small synthetic world, and parameters that fit it
 QUICK_DATA = {"n_users": 60, "n_items": 120, "avg_interactions": 12, "seed": 0}
-# the loading options of the sets as every other figure of RESULTS.md uses them: ciao as the >= 10
-# k-core (2,557 users x 3,047 items), not the raw 7,375 x 105,114, whose dense per-user item
-# tables (dmf) alone need ~34 GB
+# the loading options every recorded figure of these sets uses: ciao as the >= 10 k-core
+# (2,557 users x 3,047 items), not the raw 7,375 x 105,114, whose dense per-user item tables
+# (dmf) alone need ~34 GB
 DATASET_OPTIONS: dict[str, dict] = {"ciao": K10_SPLIT}
 # parameters a set needs: ciao has no user features, so DIPSGNN runs its w/o-features variant (as
 # in benchmarks/compare_ciao_dipsgnn.toml)

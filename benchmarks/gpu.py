@@ -300,10 +300,10 @@ def _yes(v) -> str:
     return "—" if v is None else ("yes" if v else "NO")
 
 
-# What the lent machine's image lacks (benchmarks/RESULTS.md, "The GPU path, first look"; its
-# package list: Python 3.12 with torch, PyG, numpy, scipy, click, protobuf, pyyaml, requests,
-# packaging, filelock, attrs, absl-py, mpmath), by distribution: Ray, the wheels privrec imports
-# (dp-accounting, gmpy2, cryptography) and what these import that the image has not.
+# What the lent machine's image lacks (its package list: Python 3.12 with torch, PyG, numpy,
+# scipy, click, protobuf, pyyaml, requests, packaging, filelock, attrs, absl-py, mpmath), by
+# distribution: Ray, the wheels privrec imports (dp-accounting, gmpy2, cryptography) and what
+# these import that the image has not.
 CARRY = (
     "ray",
     "dp-accounting",

@@ -108,8 +108,8 @@ PAPERS: dict[str, Paper] = {
                 {"projection": "sparse", "eval_every": 50}, _VFL_QUICK),
             Run("rigorous", "verfedgnn projection=gaussian", "verfedgnn", 600,
                 {"projection": "gaussian", "eval_every": 50}, _VFL_QUICK),
-            # RESULTS.md: best validation at epoch 29 of 30 (GCN) and 92 of 300 (MF); the runner
-            # reports the last epoch, so MF stops at 100
+            # the recorded runs' best validation came at epoch 29 of 30 (GCN) and 92 of 300 (MF);
+            # the runner reports the last epoch, so MF stops at 100
             Run("baseline", "central:gcn", "central", 30,
                 {"model": "gcn", "val_fraction": 0.25, "eval_every": 0}, {"rounds": 15}),
             Run("baseline", "central:mf", "central", 100,
@@ -131,8 +131,8 @@ PAPERS: dict[str, Paper] = {
             Run("paper", "dgrec", "dgrec", 60, {"eval_every": 20}, {"rounds": 15, "eval_every": 0}),
             Run("baseline", "central:lightgcn", "central", 120,
                 {"model": "lightgcn", "eval_every": 40}, {"rounds": 40, "eval_every": 0}),
-            # 120 epochs: 1.4 s each when RESULTS.md recorded them, 5-26 s each in 2026-11-25's
-            # runs on the same VM (other jobs' load): quick gives it 5
+            # 120 epochs: 1.4 s each on a quiet 2-core VM, 5-26 s each there beside other jobs:
+            # quick gives it 5
             Run("baseline", "central HyperGNN", HYPERGNN, 120, {}, {"rounds": 5}),
         ),
         load=K10_SPLIT,

@@ -18,9 +18,11 @@ otherwise); when none ran, the command says why in one line per run, writes noth
 
 Prints the table and writes benchmarks/out/reproduce-PAPER-DATASET[-quick].json (--name NAME:
 NAME.json). A recorded result (a file git tracks) is refused before anything runs unless
---write is given; --write also appends the table in markdown to benchmarks/RESULTS.md (without
-it RESULTS.md is never touched). --quick: small budgets (< 10 min per paper on a 2-core machine),
-not converged; the default budgets are the ones benchmarks/RESULTS.md recorded.
+--write is given; --write also puts the table in markdown into benchmarks/RESULTS.md, in the block
+between ``<!-- reproduce:begin -->`` and ``<!-- reproduce:end -->``: the table of the same paper on
+the same dataset is replaced, another paper's (or another dataset's) is kept; without --write
+RESULTS.md is never touched. --quick: small budgets (< 10 min per paper on a 2-core machine), not
+converged; the default budgets are those of the figures benchmarks/RESULTS.md records.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from benchmarks.common import (
     check_dataset,
     claim_result,
     command,
+    commit,
     dataset_tag,
     machine,
     result_name,
@@ -51,9 +54,15 @@ from benchmarks.papers import HYPERGNN, PAPERS, Paper, Run, as_fraction, figures
 from engine.compare import Entry, epsilon_cell, fmt, jsonable, md_table, one_line, paper_cell
 
 PROG = "benchmarks.reproduce"
-# the section of RESULTS.md the tables go under, found by this exact line
-HEADING = "## Reproducing the papers' tables (issue 17)"
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+# the block of RESULTS.md that --write rewrites: one entry per (paper, dataset), each opened by
+# its ENTRY marker and running to the next entry's marker or to END
+BEGIN = "<!-- reproduce:begin -->"
+END = "<!-- reproduce:end -->"
+ENTRY = "<!-- reproduce:{key} -->"
+ENTRY_RE = re.compile(r"^<!-- reproduce:(?!begin -->|end -->)(\S+) -->$", re.M)
+# where the block goes in a RESULTS.md that has none yet (at its end)
+HEADING = "## Papers' tables, regenerated (`benchmarks.reproduce`)"
 
 
 def configs(paper: Paper, quick: bool) -> list[tuple[Run, int, object]]:
@@ -200,14 +209,25 @@ def table_cells(r: dict) -> list[str]:
     ]
 
 
+def entry_key(name: str, dataset: str) -> str:
+    """The key of a table in RESULTS.md's block: ``PAPER:DATASET`` (``dgrec:ml-100k``)."""
+    return f"{name}:{dataset_tag(dataset)}"
+
+
 def render(name: str, paper: Paper, rows: list[dict], results: dict, info: dict) -> str:
-    """The markdown block appended to RESULTS.md (with --write): heading, command, table,
-    caption, failures."""
-    mode = "quick" if info["quick"] else "full budgets"
+    """The markdown entry that --write puts into RESULTS.md's block: its marker, a heading
+    (paper, dataset, budgets; no date), a line with the command, the JSON, when, where and on
+    which commit it was measured, the table, its caption and the runs that did not run."""
+    mode = "quick budgets" if info["quick"] else "full budgets"
+    key = info.get("key") or entry_key(name, info["dataset"].split(" ")[0])
+    measured = f"measured {info['date']} on {info['machine']}"
+    if info.get("commit"):
+        measured += f", commit {info['commit']}"
     lines = [
-        f"### {name} ({mode}) — {info['date']}, {info['machine']}",
+        ENTRY.format(key=key),
+        f"### {name} on {key.partition(':')[2]} ({mode})",
         "",
-        f"`{info['command']}` → `out/{info['json']}` ({info['seconds']:.0f} s in all)",
+        f"`{info['command']}` → `out/{info['json']}` ({info['seconds']:.0f} s in all; {measured})",
         "",
         *md_table(COLUMNS, [table_cells(r) for r in rows]),
         "",
@@ -226,18 +246,35 @@ def render(name: str, paper: Paper, rows: list[dict], results: dict, info: dict)
     return "\n".join(lines) + "\n"
 
 
-def append_results(block: str, path: Path | None = None) -> None:
-    """Put ``block`` at the end of the :data:`HEADING` section (created at the end of the file the
-    first time), before any section that follows it; ``path`` None: :data:`RESULTS`."""
+def entries(text: str) -> dict[str, str]:
+    """The entries of RESULTS.md's block, key → its markdown (marker included), in order; {}
+    where the block is missing. A marker outside the block is not an entry."""
+    if BEGIN not in text or END not in text:
+        return {}
+    inner = text[text.index(BEGIN) + len(BEGIN) : text.index(END)]
+    found = list(ENTRY_RE.finditer(inner))
+    out = {}
+    for m, nxt in zip(found, [*found[1:], None]):
+        out[m.group(1)] = inner[m.start() : nxt.start() if nxt else len(inner)].strip("\n") + "\n"
+    return out
+
+
+def write_results(block: str, key: str, path: Path | None = None) -> bool:
+    """Put entry ``block`` (starting with its marker) into the block of ``path`` (None:
+    :data:`RESULTS`): the entry of the same ``key`` is replaced where it stands, a new key goes
+    at the end of the block; a file without the block gets it, under :data:`HEADING`, at its end.
+    Returns whether an entry was replaced."""
     path = RESULTS if path is None else path
     text = path.read_text()
-    if HEADING not in text:
-        text = text.rstrip("\n") + f"\n\n{HEADING}\n"
-    start = text.index(HEADING) + len(HEADING)
-    nxt = text.find("\n## ", start)
-    end = len(text) if nxt < 0 else nxt + 1
-    before = text[:end].rstrip("\n") + "\n\n" + block
-    path.write_text(before + ("\n" + text[end:] if end < len(text) else ""))
+    if BEGIN not in text or END not in text or text.index(END) < text.index(BEGIN):
+        text = text.rstrip("\n") + f"\n\n{HEADING}\n\n{BEGIN}\n{END}\n"
+    kept = entries(text)
+    replaced = key in kept
+    kept[key] = block.strip("\n") + "\n"
+    inner = "\n".join(kept.values())
+    start = text.index(BEGIN) + len(BEGIN)
+    path.write_text(text[:start] + "\n" + inner + text[text.index(END) :])
+    return replaced
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -381,6 +418,8 @@ def reproduce(name: str, args) -> dict:
     out_name = output_name(name, args)
     m = machine()
     info = {
+        "key": entry_key(name, dataset.name),
+        "commit": commit(),
         "quick": args.quick,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{m['host']}, {m['cores']} cores, {m.get('mem_gib')} GiB, torch "
@@ -399,14 +438,14 @@ def reproduce(name: str, args) -> dict:
     path = write_result(
         out_name, jsonable({**figures, "markdown": markdown}), echo=False, write=args.write
     )
-    append = args.write and not args.no_append
-    if append:
-        append_results(markdown)
+    update = args.write and not args.no_append
+    replaced = write_results(markdown, info["key"]) if update else False
     print(summary(name, rows, results, info))
     print(f"runs and comparison: {shown_path(cmp_dir)}")
     print(f"wrote {shown_path(path)}")
-    if append:
-        print(f"appended the table to {shown_path(RESULTS)}")
+    if update:
+        done = "replaced the table" if replaced else "added the table"
+        print(f"{done} of {info['key']} in {shown_path(RESULTS)}")
     return figures
 
 
@@ -485,9 +524,17 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument(
         "--name", default=None, help="benchmarks/out/NAME.json (default reproduce-PAPER-DATASET)"
     )
-    p.add_argument("--write", action="store_true", help=WRITE_HELP + "; and append to RESULTS.md")
     p.add_argument(
-        "--no-append", action="store_true", help="with --write: do not append to RESULTS.md"
+        "--write",
+        action="store_true",
+        help=WRITE_HELP + "; and replace this paper's table (on this dataset) in RESULTS.md",
+    )
+    p.add_argument(
+        "--no-append",
+        "--no-results",
+        dest="no_append",
+        action="store_true",
+        help="with --write: leave RESULTS.md as it is",
     )
     p.add_argument("--dataset", default=None, help="another dataset (default: the paper's row)")
     p.add_argument("--data-dir", default=None, help="default: ../shared/data beside the checkout")

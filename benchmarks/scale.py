@@ -1,5 +1,5 @@
 """How a protocol's cost grows with its population: seconds and bytes per round, and the peak
-memory of the whole deployment on this machine, at 1,000, 10,000, 100,000 users (issue 25).
+memory of the whole deployment on this machine, at 1,000, 10,000, 100,000 users.
 
     python -m benchmarks.scale --protocol fedmf --users 1000 10000 100000 [--rounds 3] [--items N]
     python -m benchmarks.scale --protocols all --users 1000     # the memory table: every protocol

@@ -144,7 +144,7 @@ def attack_table(ds, rounds: int, seed: int, p_ads: list[float], projection: str
     iterations); beside it ``simulate`` on the victim's trained item embeddings and honest edges
     (VerFedGNN with a fresh Φ, the unprojected aggregate, FedPerGNN-style)."""
     from engine import deploy, run_rounds
-    from protocols.verfedgnn.attack import simulate
+    from protocols.verfedgnn.deanonymization import simulate
 
     out = {}
     for p_ad in p_ads:

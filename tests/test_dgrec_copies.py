@@ -22,14 +22,14 @@ pytestmark = pytest.mark.ray
 
 
 def users_of(run_dir):
-    """(checkpoint state, every DGREC user node of the checkpoint, ready to rank)."""
+    """(the checkpoint, every DGREC user node it holds, ready to rank)."""
     state = load_checkpoint(run_dir)
-    protocol = state["protocol"]
+    protocol = state.protocol
     ctx = types.SimpleNamespace(
         shared=protocol.shared(), device=torch.device("cpu"), seed=protocol.seed
     )
     users = []
-    for blob in state["deployment"]["hosts"]:
+    for blob in state.deployment["hosts"]:
         for nid, node in sorted(pickle.loads(blob)["nodes"].items()):
             if nid.startswith("user"):
                 node.ctx = ctx
@@ -62,7 +62,7 @@ def test_own_copies_reproduce_the_runs_recall(ray_local, tmp_path):
     )
     run_dir, summary = run(settings, data)
     state, users = users_of(run_dir)
-    assert state["next_round"] == 3 and len(users) == data.n_users
+    assert state.next_round == 3 and len(users) == data.n_users
     assert recall(users, k=20) == pytest.approx(summary["metrics"]["recall@20"], abs=1e-9)
     a, b = (dict(u.model.named_parameters())["item_emb.weight"] for u in users[:2])
     assert not bool((a == b).all())  # each user's copy took its own neighbourhoods' steps

@@ -110,17 +110,59 @@ def test_same_run_missing_runs_and_lower_is_better():
     assert rows[1]["baseline"] == "central:mf" and rows[1]["baseline_value"] is None
 
 
-def test_append_results_keeps_one_heading(tmp_path):
+def _entry(key: str, text: str) -> str:
+    name, _, dataset = key.partition(":")
+    return f"<!-- reproduce:{key} -->\n### {name} on {dataset} (quick budgets)\n\n{text}\n"
+
+
+def test_writing_twice_leaves_one_table_per_paper_and_dataset(tmp_path):
     path = tmp_path / "RESULTS.md"
     path.write_text("# Results\n\n## Earlier\n\ntext\n")
-    reproduce.append_results("### a\n\nfirst\n", path)
-    reproduce.append_results("### b\n\nsecond\n", path)
+    assert not reproduce.write_results(_entry("dgrec:ml-100k", "first"), "dgrec:ml-100k", path)
+    assert not reproduce.write_results(_entry("dipsgnn:ml-100k", "other"), "dipsgnn:ml-100k", path)
     text = path.read_text()
-    assert text.count(reproduce.HEADING) == 1
-    assert text.index("## Earlier") < text.index(reproduce.HEADING) < text.index("### a")
-    assert text.index("### a") < text.index("### b")
-    # a section written after ours later: new tables still go under our heading
-    path.write_text(text + "\n## Later\n\nother\n")
-    reproduce.append_results("### c\n\nthird\n", path)
+    assert text.count(reproduce.HEADING) == 1 and text.count(reproduce.BEGIN) == 1
+    assert text.index("## Earlier") < text.index(reproduce.BEGIN) < text.index("first")
+    # a section written after the block later; DGREC reproduced again: replaced where it stood
+    path.write_text(text + "\n## Later\n\nlater\n")
+    assert reproduce.write_results(_entry("dgrec:ml-100k", "second"), "dgrec:ml-100k", path)
     text = path.read_text()
-    assert text.index("### b") < text.index("### c") < text.index("## Later")
+    assert "first" not in text and text.count("<!-- reproduce:dgrec:ml-100k -->") == 1
+    assert text.count("### dgrec on ml-100k") == 1
+    assert text.index("second") < text.index("other") < text.index(reproduce.END)
+    assert text.index(reproduce.END) < text.index("## Later") and "later" in text
+    # another dataset of the same paper is a table of its own
+    reproduce.write_results(_entry("dgrec:ciao", "on ciao"), "dgrec:ciao", path)
+    assert list(reproduce.entries(path.read_text())) == [
+        "dgrec:ml-100k",
+        "dipsgnn:ml-100k",
+        "dgrec:ciao",
+    ]
+
+
+def test_results_md_holds_the_block_with_one_table_per_paper():
+    text = reproduce.RESULTS.read_text()
+    assert text.count(reproduce.BEGIN) == 1 and text.count(reproduce.END) == 1
+    assert text.index(reproduce.BEGIN) < text.index(reproduce.END)
+    keys = reproduce.ENTRY_RE.findall(text)
+    assert len(keys) == len(set(keys)) and set(reproduce.entries(text)) == set(keys)
+    assert {key.partition(":")[0] for key in keys} == set(PAPERS)
+
+
+def test_an_entry_names_its_commit_and_no_date_in_its_heading():
+    info = {
+        "key": "dgrec:ml-100k",
+        "commit": "abc1234",
+        "quick": True,
+        "date": "2030-01-02 03:04 UTC",
+        "machine": "vm, 2 cores",
+        "command": "python -m benchmarks.reproduce dgrec --quick",
+        "json": "reproduce-dgrec-quick.json",
+        "dataset": "ml-100k (943 users)",
+        "seconds": 12.0,
+    }
+    block = reproduce.render("dgrec", PAPERS["dgrec"], [], {}, info)
+    lines = block.splitlines()
+    assert lines[0] == "<!-- reproduce:dgrec:ml-100k -->"
+    assert lines[1] == "### dgrec on ml-100k (quick budgets)"
+    assert "commit abc1234" in lines[3] and "2030-01-02 03:04 UTC" in lines[3]

@@ -1,17 +1,20 @@
-"""Issue 46, the README followed as a new user would: a benchmark command never overwrites a
-recorded result (a file of benchmarks/out that git tracks) nor appends to RESULTS.md unless told
-to (``--write``), and its default name holds the dataset; ``reproduce dgrec --dataset filmtrust``
+"""The README followed as a new user would: a benchmark command never overwrites a recorded
+result (a file of benchmarks/out that git tracks) nor writes to RESULTS.md unless told to
+(``--write``), and its default name holds the dataset; ``reproduce dgrec --dataset filmtrust``
 says why DGREC cannot run there instead of a table of dashes, a dtype error and another dataset's
 figure; the comparison sets every protocol beside the popularity baseline of its summary.json,
 shows a paper's δ as a δ, gives a failed protocol's reason whole and runs no baseline whose
-protocols all failed. Every test runs in seconds: the comparison's runs are stand-ins (its tables
-and plots are built from fabricated summaries), no Ray."""
+protocols all failed. RESULTS.md itself is a page of current figures: no work-period history (that
+is docs/lab-notes.md), every protocol on its first screen, every row with a command and a commit
+that exists, every cited result file recorded. Every test runs in seconds: the comparison's runs
+are stand-ins (its tables and plots are built from fabricated summaries), no Ray."""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -106,11 +109,7 @@ COMMANDS = [
     ("dipsgnn", ["--dataset", "synthetic"], "dipsgnn-synthetic"),
     ("verfedgnn", ["--dataset", "filmtrust"], "verfedgnn-filmtrust"),
     ("fedpergnn", [], "fedpergnn"),
-    ("runtime_cost", [], "runtime_cost"),
     ("vs_flower", [], "vs_flower"),
-    ("fedmf_gowalla", [], "fedmf_gowalla"),
-    ("fedlightgcn_round", [], "fedlightgcn-round-gowalla"),
-    ("dgrec_copies", ["no-such-run", "--name", "copies"], "copies"),
     ("run_report", ["no-such-run", "--name", "rr"], "rr"),
 ]
 STOPS = (
@@ -211,18 +210,25 @@ def test_reproduce_writes_its_dataset_s_file_and_leaves_results_md(recorded, mon
     assert reproduce.main(argv) == 0
     assert (out / "reproduce-fedpergnn-synthetic-quick.json").exists()
     assert (out / "reproduce-fedpergnn-quick.json").read_text() == '{"recorded": true}\n'
-    assert results_md.read_text() == "# Results\n"  # never appended to by default
-    assert "appended" not in capsys.readouterr().out
+    assert results_md.read_text() == "# Results\n"  # never touched by default
+    assert "the table" not in capsys.readouterr().out
     assert reproduce.main([*argv, "--write"]) == 0
-    assert reproduce.HEADING in results_md.read_text()
-    assert "appended the table" in capsys.readouterr().out
+    text = results_md.read_text()
+    assert reproduce.HEADING in text and text.count("<!-- reproduce:fedpergnn:synthetic -->") == 1
+    assert "added the table of fedpergnn:synthetic" in capsys.readouterr().out
+    # again: the table is replaced where it stands, not appended
+    assert reproduce.main([*argv, "--write"]) == 0
+    again = results_md.read_text()
+    assert again.count("<!-- reproduce:fedpergnn:synthetic -->") == 1
+    assert again.count(reproduce.HEADING) == 1 and again.count("### fedpergnn on synthetic") == 1
+    assert "replaced the table of fedpergnn:synthetic" in capsys.readouterr().out
 
 
 # --- 2. reproduce dgrec on a dataset without item tags ----------------------------------------
 def test_central_hypergnn_without_item_tags_says_so():
     from benchmarks.dgrec import central_hypergnn
     from data.synthetic import synthetic
-    from models.dgrec_central import HyperGNNTrainer
+    from protocols.dgrec.central import HyperGNNTrainer
 
     ds = dataclasses.replace(
         synthetic(n_users=30, n_items=40, avg_interactions=8, seed=0),
@@ -461,3 +467,104 @@ def test_a_failed_protocol_s_reason_is_whole_and_its_baseline_is_not_run(compari
     _, result, _, ran = comparison(["dgrec", "fedlightgcn"], {"dgrec": "no"})
     assert "central:lightgcn" in ran
     assert {r["label"]: r["status"] for r in result["protocols"]}["central:lightgcn"] == "ok"
+
+
+# --- 6. RESULTS.md: current figures with their commands and commits; the history elsewhere -------
+RESULTS_MD = REPO / "benchmarks" / "RESULTS.md"
+LAB_NOTES = REPO / "docs" / "lab-notes.md"
+# the protocols that are workloads of the runtime, not recommenders, and the baselines themselves
+NOT_IN_THE_GLANCE = {"ping", "echo", "central"}
+
+
+def _tables(text: str) -> list[list[list[str]]]:
+    """Every markdown table of ``text``: its rows (header first, the rule left out) as cells."""
+    tables, rows = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            if not all(set(c) <= set("-: ") for c in cells):
+                rows.append(cells)
+        elif rows:
+            tables.append(rows)
+            rows = []
+    return tables
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def test_results_md_holds_no_history():
+    text = RESULTS_MD.read_text()
+    assert not re.search(r"\b[Ii]ssues? \d", text), "work periods belong in docs/lab-notes.md"
+    assert not re.search(r"\b[Ss]essions? \d", text)
+    dated = [h for h in text.splitlines() if h.startswith("#") and re.search(r"\d{4}-\d\d-\d\d", h)]
+    assert not dated, f"dates go in the rows, not the headings: {dated}"
+    # the history moved there, verbatim
+    notes = LAB_NOTES.read_text()
+    assert "## Platform (issue 2)" in notes and "chronological" in notes.split("## Index")[0]
+
+
+def test_the_first_screen_answers_for_every_protocol():
+    from protocols import BUILTIN
+
+    lines = RESULTS_MD.read_text().splitlines()
+    start = lines.index("## Every protocol at a glance")
+    top = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    bottom = next(i for i in range(top, len(lines)) if not lines[i].startswith("|"))
+    assert start < top < start + 4 and bottom < 45, "the first table is the first screen"
+    (first, *_) = _tables("\n".join(lines[top:bottom]))
+    header, rows = first[0], first[1:]
+    for column in (
+        "protocol",
+        "central baseline",
+        "paper's figure",
+        "ε rigorous",
+        "round",
+        "commit",
+    ):
+        assert any(column in h for h in header), column
+    shown = {_key(r[0]) for r in rows}
+    missing = [
+        p for p in BUILTIN if p not in NOT_IN_THE_GLANCE and not any(k.startswith(p) for k in shown)
+    ]
+    assert not missing, f"protocols without a row in the first table: {missing}"
+
+
+def _commits(cell: str) -> list[str]:
+    return re.findall(r"(?:added in|tree) ([0-9a-f]{7,40})\b", cell)
+
+
+def test_every_row_names_its_command_and_a_commit_that_exists():
+    text = RESULTS_MD.read_text()
+    begin, end = text.index("<!-- reproduce:begin -->"), text.index("<!-- reproduce:end -->")
+    tables = _tables(text[:begin] + text[end:])  # the regenerated block: a line above each table
+    seen = set()
+    for table in tables:
+        header, rows = table[0], table[1:]
+        at = [i for i, h in enumerate(header) if "commit" in h]
+        assert at, f"a table without a commit column: {header}"
+        for row in rows:
+            cell = " ".join(row[i] for i in at)
+            found = _commits(cell)
+            assert found, f"no commit in {row}"
+            seen.update(found)
+    for entry in re.findall(r"<!-- reproduce:\S+ -->\n###.*\n\n(.*)\n", text[begin:end]):
+        assert _commits(entry) and entry.startswith("`python -m benchmarks.reproduce ")
+        seen.update(_commits(entry))
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: commits not checked")
+    for sha in sorted(seen):
+        done = subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=REPO)
+        assert done.returncode == 0, f"RESULTS.md cites {sha}, which this repository does not hold"
+
+
+def test_every_cited_result_file_is_recorded():
+    text = RESULTS_MD.read_text()
+    cited = set(re.findall(r"`out/([\w.+-]+\.(?:json|md|png))`", text))
+    assert cited
+    missing = sorted(n for n in cited if not (REPO / "benchmarks" / "out" / n).exists())
+    assert not missing, f"RESULTS.md cites files benchmarks/out does not hold: {missing}"
+    # and no command it cites is a script that is gone
+    for module in set(re.findall(r"python -m benchmarks\.(\w+)", text)):
+        assert (REPO / "benchmarks" / f"{module}.py").exists(), module
