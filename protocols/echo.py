@@ -18,7 +18,6 @@ frameworks running the same workload.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
 
 import numpy as np
 
@@ -41,8 +40,6 @@ def client_delta(user: int, increment: float) -> float:
 
 @dataclasses.dataclass
 class EchoConfig(ProtocolConfig):
-    ALIASES: ClassVar[dict[str, str]] = {"delta": "increment"}
-
     dim: int = 10000  # length of the echoed vector
     increment: float = 1e-3  # δ_u = increment · ((u mod 100) + 1)
 

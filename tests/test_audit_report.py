@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import launch
+import cli.compare
+import cli.run
+import cli.shared
 from data.synthetic import synthetic
 from engine.audit import audit_run, headline
 from engine.compare import AUDIT_COLUMN, COLUMNS, columns, render_markdown, render_text
@@ -94,12 +96,12 @@ def test_the_audit_follows_the_runs_parameters():
 
 
 def test_the_flag_is_typed_through_run_settings():
-    _, args, *_ = launch.parse(["run", "--protocol", "dgrec", "--audit"])
-    assert launch._settings(args, None).audit is True
-    _, args, *_ = launch.parse(["run", "--protocol", "dgrec"])
-    assert launch._settings(args, None).audit is False
-    _, args, *_ = launch.parse_compare(["--protocols", "dgrec", "--audit"])
-    assert launch._settings(args, None).audit is True
+    _, args, *_ = cli.run.parse(["run", "--protocol", "dgrec", "--audit"])
+    assert cli.shared.settings(args, None).audit is True
+    _, args, *_ = cli.run.parse(["run", "--protocol", "dgrec"])
+    assert cli.shared.settings(args, None).audit is False
+    _, args, *_ = cli.compare.parse_compare(["--protocols", "dgrec", "--audit"])
+    assert cli.shared.settings(args, None).audit is True
 
 
 def _dgrec_toml(tmp_path):
@@ -117,7 +119,7 @@ def _dgrec_toml(tmp_path):
 def test_a_compare_with_audit_reports_it_and_shows_the_column(ray_local, tmp_path, capsys):
     out = tmp_path / "runs"
     argv = ["compare", "--config", str(_dgrec_toml(tmp_path)), "--audit", "--no-baselines"]
-    assert launch.main(argv + ["--out", str(out), "--no-progress"]) == 0
+    assert cli.main(argv + ["--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
     (cmp_dir,) = out.iterdir()
     comparison = json.loads((cmp_dir / "comparison.json").read_text())
@@ -153,7 +155,7 @@ def test_a_run_has_its_audit_only_with_the_flag(audit, ray_local, tmp_path, caps
     )
     argv = ["run", "--protocol", "dgrec", "--rounds", "1", "--pairs", "8", "--config", str(cfg)]
     argv += ["--out", str(out), "--no-progress"] + (["--audit"] if audit else [])
-    assert launch.main(argv) == 0
+    assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     (run_dir,) = out.iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())

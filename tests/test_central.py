@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-import launch
+import cli
 from data.registry import load_dataset
 from data.synthetic import synthetic
 from data.types import RecDataset
@@ -157,7 +157,7 @@ def test_launch_writes_a_summary_with_the_metrics(ray_local, tmp_path, capsys):
     cfg.write_text("lr = 0.5\nbatch_size = 32\n[dataset]\nn_users = 30\nn_items = 40\n")
     argv = ["--protocol", "central", "--model", "gcn", "--rounds", "2", "--config", str(cfg)]
     argv += ["--out", str(tmp_path / "runs"), "--no-progress"]
-    assert launch.main(argv) == 0
+    assert cli.main(argv) == 0
     (run_dir,) = (tmp_path / "runs").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["protocol"] == "central" and summary["bytes_total"] == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import launch
+import cli.run
 from engine.compare import (
     CompareError,
     baseline_of,
@@ -37,7 +37,7 @@ class Broken(Protocol):
 
 def error_of(capsys, argv):
     with pytest.raises(SystemExit) as e:
-        launch.main(argv)
+        cli.main(argv)
     assert e.value.code == 2
     return capsys.readouterr().err.strip().splitlines()[-1]
 
@@ -158,7 +158,7 @@ def test_compare_refuses_bad_input_in_one_line(capsys, tmp_path):
     assert "protocol" in error_of(capsys, ["compare", "--config", str(cfg)])
     # the run path ignores a [compare] table (one file can serve both)
     cfg.write_text("dim = 8\n[compare]\nprotocols = ['fedmf']\n")
-    _, args, params, _, _ = launch.parse(["run", "--config", str(cfg)])
+    _, args, params, _, _ = cli.run.parse(["run", "--config", str(cfg)])
     assert args.protocol == "fedmf" and params == {"dim": 8}
 
 
@@ -213,7 +213,7 @@ user_dim = 4
     )
     out = tmp_path / "runs"
     argv = ["compare", "--config", str(cfg), "--out", str(out), "--no-progress"]
-    assert launch.main(argv) == 0
+    assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     (cmp_dir,) = out.iterdir()
     assert cmp_dir.name.endswith("-compare")
@@ -285,7 +285,7 @@ def test_a_protocol_that_does_not_fit_the_data_is_listed_with_its_reason(ray_loc
     cfg.write_text("[dataset]\nn_users = 30\nn_items = 40\nimplicit = true\n")
     out = tmp_path / "runs"
     argv = ["compare", "--protocols", "verfedgnn", "--config", str(cfg), "--out", str(out)]
-    assert launch.main(argv) == 1  # nothing could run
+    assert cli.main(argv) == 1  # nothing could run
     (cmp_dir,) = out.iterdir()
     comparison = json.loads((cmp_dir / "comparison.json").read_text())
     rows = {r["label"]: r for r in comparison["protocols"]}

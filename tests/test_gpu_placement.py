@@ -88,7 +88,7 @@ def test_logical_gpus_spread_hosts_and_the_checkpoint_resumes_on_the_cpu(tmp_pat
 
     if not RAY.exists():
         pytest.skip(f"no `ray` command beside {sys.executable}")
-    import launch
+    import cli
 
     config = tmp_path / "small.toml"
     config.write_text("[dataset]\nn_users = 40\nn_items = 60\n")
@@ -109,7 +109,7 @@ def test_logical_gpus_spread_hosts_and_the_checkpoint_resumes_on_the_cpu(tmp_pat
     )
     try:
         # meanwhile, the reference on this process's CPU-only local Ray
-        assert launch.main([*run, "--out", str(tmp_path / "cpu"), "--transport", "calls"]) == 0
+        assert cli.main([*run, "--out", str(tmp_path / "cpu"), "--transport", "calls"]) == 0
         head.wait_started()
         gpu_run = [a for a in run if a != "--no-progress"]  # with its status lines
         gpus = launch_process(
@@ -148,7 +148,7 @@ def test_logical_gpus_spread_hosts_and_the_checkpoint_resumes_on_the_cpu(tmp_pat
 
     # the checkpoint written on the GPU hosts resumes on this machine, which has no GPU
     (run_dir,) = [p for p in (tmp_path / "gpu").iterdir() if (p / "checkpoint.pkl").is_file()]
-    assert launch.main(["--resume", str(run_dir), "--rounds", "3", "--no-progress"]) == 0
+    assert cli.main(["--resume", str(run_dir), "--rounds", "3", "--no-progress"]) == 0
     resumed = json.loads((run_dir / "summary.json").read_text())
     assert resumed["rounds"] == 3 and all(h["gpu_ids"] == [] for h in resumed["host_placement"])
 

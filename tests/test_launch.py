@@ -12,20 +12,21 @@ import pytest
 import tomllib
 from conftest import needs_shared_data
 
-import launch
+import cli.commands
+import cli.run
 from engine.report import SUMMARY_KEYS, read_rows
 
 
 def error_of(capsys, argv):
     with pytest.raises(SystemExit) as e:
-        launch.main(argv)
+        cli.main(argv)
     assert e.value.code == 2
     return capsys.readouterr().err.strip().splitlines()[-1]
 
 
 def test_help_explains_every_flag(capsys):
     with pytest.raises(SystemExit):
-        launch.main(["--help"])
+        cli.main(["--help"])
     out = capsys.readouterr().out
     for flag in (
         "--protocol",
@@ -80,7 +81,7 @@ def test_a_run_writes_its_report(ray_local, tmp_path, capsys):
     cfg = tmp_path / "c.toml"
     cfg.write_text("users_per_round = 20\ndim = 8\n[dataset]\nn_users = 40\nn_items = 60\n")
     assert (
-        launch.main(
+        cli.main(
             [
                 "--rounds",
                 "3",
@@ -113,13 +114,13 @@ def test_a_run_writes_its_report(ray_local, tmp_path, capsys):
 def test_protocol_flags_are_typed_by_the_config_and_override_the_file(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text("dim = 8\npairs = 4\n")
-    _, _, params, _, _ = launch.parse(["--config", str(cfg), "--dim", "16", "--lr-user=0.5"])
+    _, _, params, _, _ = cli.run.parse(["--config", str(cfg), "--dim", "16", "--lr-user=0.5"])
     assert params == {"dim": 16, "pairs": 4, "lr_user": 0.5}
-    _, _, params, _, _ = launch.parse(
+    _, _, params, _, _ = cli.run.parse(
         ["--protocol", "dgrec", "--public-ratio", "0.2", "--use-bipartite", "--no-pearson"]
     )
     assert params == {"public_ratio": 0.2, "use_bipartite": True, "pearson": False}
-    _, _, params, _, _ = launch.parse(["--protocol", "dgrec", "--mechanism", "laplace"])
+    _, _, params, _, _ = cli.run.parse(["--protocol", "dgrec", "--mechanism", "laplace"])
     assert params == {"mechanism": "laplace"}
 
 
@@ -139,6 +140,24 @@ def test_bad_protocol_flags_name_the_flag(capsys, argv, needle):
     assert needle in error_of(capsys, argv)
 
 
+@pytest.mark.parametrize(
+    "protocol,old,new",
+    [("fedpergnn", "--keyservers", "--key-servers"), ("fedpergnn", "--laplace", "--laplace-scale")],
+)
+def test_a_renamed_parameter_is_an_unknown_flag_with_its_new_name_as_hint(
+    capsys, tmp_path, protocol, old, new
+):
+    """A parameter's former name is refused like any unknown flag, in one line whose "did you
+    mean" names the parameter; with --resume too, typed by the run's own protocol."""
+    line = error_of(capsys, ["--protocol", protocol, old, "2"])
+    assert f"unknown flag {old}; did you mean {new}?" in line
+    (tmp_path / "config.json").write_text(json.dumps({"settings": {"protocol": protocol}}))
+    line = error_of(capsys, ["--resume", str(tmp_path), old, "2"])
+    assert line.startswith(
+        f"launch.py: --resume {tmp_path}: unknown flag {old}; did you mean {new}?"
+    )
+
+
 @needs_shared_data
 def test_a_model_that_does_not_fit_the_dataset_is_refused_in_one_line(capsys):
     line = error_of(
@@ -149,18 +168,39 @@ def test_a_model_that_does_not_fit_the_dataset_is_refused_in_one_line(capsys):
 
 def test_no_arguments_is_the_main_job_and_run_is_the_single_run(monkeypatch):
     seen = []
-    monkeypatch.setattr(launch, "compare_main", lambda argv: seen.append(argv) or 0)
-    assert launch.main([]) == 0 and seen == [["--quick"]]
-    assert launch.main(["compare", "--protocols", "dgrec"]) == 0
+    monkeypatch.setattr(cli.commands, "compare_main", lambda argv: seen.append(argv) or 0)
+    assert cli.main([]) == 0 and seen == [["--quick"]]
+    assert cli.main(["compare", "--protocols", "dgrec"]) == 0
     assert seen[-1] == ["--protocols", "dgrec"]
-    _, args, params, _, _ = launch.parse(["run", "--protocol", "dmf", "--dim", "16"])
+    _, args, params, _, _ = cli.run.parse(["run", "--protocol", "dmf", "--dim", "16"])
     assert args.protocol == "dmf" and params == {"dim": 16}
 
 
-def test_privrec_console_command_is_launch_main():
-    doc = tomllib.loads((Path(launch.__file__).parent / "pyproject.toml").read_text())
-    assert doc["project"]["scripts"]["privrec"] == "launch:main"
+def test_privrec_console_command_is_cli_main():
+    doc = tomllib.loads((Path(cli.__file__).parents[1] / "pyproject.toml").read_text())
+    assert doc["project"]["scripts"]["privrec"] == "cli:main"
+    assert "cli*" in doc["tool"]["setuptools"]["packages"]["find"]["include"]
     assert "launch" in doc["tool"]["setuptools"]["py-modules"]
+
+
+def test_launch_py_is_the_same_program_as_cli_main():
+    import launch
+
+    assert launch.main is cli.main
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--protocol", "verfedgnn", "--attack"],
+        ["--protocol", "verfedgnn", "--attack", "--dry-run"],
+        ["compare", "--attack"],
+    ],
+)
+def test_attack_without_a_name_is_refused_naming_deanonymization(capsys, argv):
+    """``--attack`` takes an attack's name; verfedgnn's de-anonymization attack is its own flag."""
+    line = error_of(capsys, argv)
+    assert "--attack: give the attack's name" in line and "--deanonymization" in line
 
 
 def test_a_local_ray_start_has_no_token_warning(tmp_path):
@@ -173,7 +213,7 @@ def test_a_local_ray_start_has_no_token_warning(tmp_path):
     )
     done = subprocess.run(
         [sys.executable, "-c", code],
-        cwd=Path(launch.__file__).parent,
+        cwd=Path(cli.__file__).parents[1],
         env=env,
         capture_output=True,
         text=True,
@@ -198,7 +238,7 @@ def test_one_coercion_types_flags_toml_and_python_alike():
 
 
 def test_run_takes_a_built_config_and_refuses_another_protocols(tmp_path):
-    """engine.run uses a Config it is given as is (launch builds it once); another protocol's
+    """engine.run uses a Config it is given as is (cli builds it once); another protocol's
     Config fails in one line before Ray starts."""
     from data.synthetic import synthetic
     from engine import RunSettings, run

@@ -9,15 +9,15 @@ import json
 
 import pytest
 
-import launch
+import cli.shared
 from protocols import PROTOCOLS, get_protocol
 from protocols.base import field_docs
 
 
 def refusal(capsys, argv) -> str:
-    """The one line ``launch.main(argv)`` refuses ``argv`` with (exit status 2)."""
+    """The one line ``cli.main(argv)`` refuses ``argv`` with (exit status 2)."""
     with pytest.raises(SystemExit) as e:
-        launch.main(argv)
+        cli.main(argv)
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
@@ -40,7 +40,7 @@ def test_every_protocol_parameter_has_a_line_of_meaning(name):
 )
 def test_help_lists_the_protocols_parameters_with_type_and_default(capsys, argv):
     with pytest.raises(SystemExit) as e:
-        launch.main(argv)
+        cli.main(argv)
     assert e.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "protocol parameters of dgrec" in out
@@ -54,7 +54,7 @@ def test_help_lists_the_protocols_parameters_with_type_and_default(capsys, argv)
 
 def test_plain_help_lists_the_default_protocols_parameters(capsys):
     with pytest.raises(SystemExit):
-        launch.main(["--help"])
+        cli.main(["--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "protocol parameters of fedmf (the default --protocol" in out
     assert "--users-per-round INT" in out
@@ -63,7 +63,7 @@ def test_plain_help_lists_the_default_protocols_parameters(capsys):
 def test_the_command_is_named_as_the_user_typed_it(capsys, monkeypatch):
     monkeypatch.setattr("sys.argv", ["/somewhere/bin/privrec", "compare", "--help"])
     with pytest.raises(SystemExit):
-        launch.main(["compare", "--help"])
+        cli.main(["compare", "--help"])
     assert capsys.readouterr().out.startswith("usage: privrec compare")
     assert refusal(capsys, ["--hosts", "0"]).startswith("privrec: --hosts")
 
@@ -114,7 +114,7 @@ def test_availability_traces_are_checked_against_the_data(capsys, tmp_path, trac
 
 
 def test_a_dry_run_checks_everything_and_starts_nothing(capsys, tmp_path):
-    assert launch.main(["--hosts", "2", "--dry-run", "--out", str(tmp_path)]) == 0
+    assert cli.main(["--hosts", "2", "--dry-run", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "fedmf on synthetic: 20 rounds, 301 nodes (1 server, 300 user) on 3 host actors" in out
     assert not any(tmp_path.iterdir())
@@ -135,11 +135,11 @@ def _summary(metrics):
 
 
 def test_the_printed_summary_names_the_baseline_as_summary_json_does(capsys):
-    launch._show(_summary({"recall@20": 0.2}), "runs/x")
+    cli.shared.show(_summary({"recall@20": 0.2}), "runs/x")
     shown = json.loads(capsys.readouterr().out.rsplit("run report", 1)[0])
     assert shown["baselines"] == {"popularity": {"recall@20": 0.1}}
     for rating in ({"rmse": 0.9}, {"test_rmse": 0.9}):  # a rating run (a central rating model's
-        launch._show(_summary(rating), "runs/x")  # figure is test_rmse): the rating baseline
+        cli.shared.show(_summary(rating), "runs/x")  # figure is test_rmse): the rating baseline
         shown = json.loads(capsys.readouterr().out.rsplit("run report", 1)[0])
         assert shown["baselines"] == {"mean_rating": {"rmse": 1.1}}
 

@@ -285,9 +285,9 @@ def test_import_path_form_from_the_drivers_sys_path_only(privrec, tmp_path):
         f"""
         import sys
         sys.path.insert(0, {str(tmp_path / "ext")!r})
-        import launch
-        sys.exit(launch.main(["--protocol", "pfedrec_syspath.protocol:PFedRec", "--rounds", "1",
-                              "--dim", "4", "--no-progress", "--out", {str(tmp_path / "runs")!r}]))
+        import cli
+        sys.exit(cli.main(["--protocol", "pfedrec_syspath.protocol:PFedRec", "--rounds", "1",
+                           "--dim", "4", "--no-progress", "--out", {str(tmp_path / "runs")!r}]))
         """
     )
     ok(run([sys.executable, "-c", script], REPO))

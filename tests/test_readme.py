@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import start_test_ray
 
-import launch
+import cli
 from data.registry import default_data_dir
 from data.synthetic import synthetic
 from engine import RunSettings, run
@@ -118,10 +118,10 @@ def test_readme_command_runs_as_documented(cmd, walk_dir, monkeypatch, capsys):
             argv = ["compare", "--quick"] if not argv else argv
         if "--help" in argv:
             with pytest.raises(SystemExit) as e:
-                launch.main(argv)
+                cli.main(argv)
             assert e.value.code == 0
             return
-        assert launch.main([*argv, "--dry-run"]) == 0, capsys.readouterr().err
+        assert cli.main([*argv, "--dry-run"]) == 0, capsys.readouterr().err
     elif entry == "benchmarks.run_report":
         from benchmarks import run_report
 

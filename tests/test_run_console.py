@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-import launch
+import cli.compare
+import cli.run
 from data.synthetic import synthetic
 from engine import RunSettings, run
 from engine.checkpoint import load_checkpoint
@@ -50,12 +51,12 @@ def _tiny_config(tmp_path) -> str:
 
 
 def _main(argv: list[str]) -> int:
-    """``launch.main(argv)``; a Ctrl-C that escapes it fails the test (instead of stopping the
-    whole pytest session): launch.main prints its one line and returns 130."""
+    """``cli.main(argv)``; a Ctrl-C that escapes it fails the test (instead of stopping the
+    whole pytest session): cli.main prints its one line and returns 130."""
     try:
-        return launch.main(argv)
+        return cli.main(argv)
     except KeyboardInterrupt as e:
-        pytest.fail(f"Ctrl-C escaped launch.main: {type(e).__name__}({str(e)!r})")
+        pytest.fail(f"Ctrl-C escaped cli.main: {type(e).__name__}({str(e)!r})")
 
 
 def _ctrl_c_in_round(monkeypatch, round_: int) -> None:
@@ -166,7 +167,7 @@ def test_ctrl_c_in_a_round_says_which_what_was_saved_and_how_to_resume(
     assert "nothing to resume" in line and "0 finished rounds" in line
     run_a = next((tmp_path / "a").iterdir())
     with pytest.raises(SystemExit):  # and --resume then says the same, not "was it started
-        launch.main(["--resume", str(run_a)])  # with --checkpoint-every?"
+        cli.main(["--resume", str(run_a)])  # with --checkpoint-every?"
     line = _err_line(capsys)
     assert "the run stopped before its first checkpoint" in line, line
     assert "was the run started" not in line
@@ -182,7 +183,7 @@ def test_ctrl_c_in_a_round_says_which_what_was_saved_and_how_to_resume(
         "2 (the 3rd of 3), where its checkpoint was written"
     )
     assert load_checkpoint(run_b).next_round == 2
-    assert launch.main(["--resume", str(run_b), "--no-progress"]) == 0
+    assert cli.main(["--resume", str(run_b), "--no-progress"]) == 0
     assert [r["round"] for r in read_rows(run_b)] == [0, 1, 2]
 
 
@@ -192,7 +193,7 @@ def test_help_lists_the_protocols_with_attacks_from_the_registry():
 
     with_attacks = [n for n in protocol_names() if getattr(get_protocol(n), "ATTACKS", None)]
     assert {"dgrec", "dmf", "verfedgnn", "fedmf", "fedpergnn", "fedlightgcn"} <= set(with_attacks)
-    for parser in (launch.build_parser(), launch.build_compare_parser()):
+    for parser in (cli.run.build_parser(), cli.compare.build_compare_parser()):
         text = " ".join(parser.format_help().split())
         assert f"(protocols: {', '.join(with_attacks)})" in text
 
@@ -217,7 +218,7 @@ def test_resume_refuses_a_fixed_parameter_first_and_takes_a_step_size(
 ):
     # --dim on a finished run: refused for --dim, not answered "all 2 planned rounds are done"
     with pytest.raises(SystemExit) as e:
-        launch.main(["--resume", str(finished_run), "--dim", "32"])
+        cli.main(["--resume", str(finished_run), "--dim", "32"])
     assert e.value.code == 2
     line = _err_line(capsys)
     assert "--dim: cannot change when a run resumes" in line and "planned" not in line, line
@@ -230,7 +231,7 @@ def test_resume_refuses_a_fixed_parameter_first_and_takes_a_step_size(
         resume(finished_run, progress=False, params={"dim": 32})
     # an optimizer's step size (the server's Adam keeps lr_item in its state) is refused
     with pytest.raises(SystemExit):
-        launch.main(["--resume", str(finished_run), "--rounds", "3", "--lr-item", "0.1"])
+        cli.main(["--resume", str(finished_run), "--rounds", "3", "--lr-item", "0.1"])
     assert "--lr-item: cannot change when a run resumes" in _err_line(capsys)
 
     # --lr-user (read afresh at every local step) changes the rounds after the resume
@@ -238,7 +239,7 @@ def test_resume_refuses_a_fixed_parameter_first_and_takes_a_step_size(
         copy = tmp_path / f"lr{lr_user}"
         shutil.copytree(finished_run, copy)
         argv = ["--resume", str(copy), "--rounds", "4", "--no-progress", "--lr-user", lr_user]
-        assert launch.main(argv) == 0
+        assert cli.main(argv) == 0
         record = json.loads((copy / "config.json").read_text())
         assert record["resumed_with"][-1]["params"] == {"lr_user": float(lr_user)}
         return [r["train"]["loss"] for r in read_rows(copy)]
@@ -261,7 +262,7 @@ def test_resume_refuses_a_fixed_parameter_first_and_takes_a_step_size(
 )
 def test_a_misspelt_flag_or_dataset_gets_a_did_you_mean(capsys, tmp_path, argv, hint):
     with pytest.raises(SystemExit) as e:
-        launch.main(argv)
+        cli.main(argv)
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and hint in err[0], err
@@ -293,7 +294,7 @@ def test_a_status_text_repeated_every_round_is_printed_once(capsys):
 
 
 def test_the_plan_counts_one_host_actor_and_one_round(capsys):
-    assert launch.main(["--protocol", "dgrec", "--rounds", "1", "--dry-run"]) == 0
+    assert cli.main(["--protocol", "dgrec", "--rounds", "1", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert ": 1 round, " in out and " on 1 host actor (packed)" in out, out
 

@@ -214,7 +214,7 @@ def test_dgrec_shares_carry_secure_noise(mechanism):
 
 
 def test_the_flag_and_the_toml_key(tmp_path):
-    import launch
+    import cli.run
 
     assert Conditions().secure_rng is False
     assert Conditions.from_dict({"secure_rng": True}).secure_rng is True
@@ -222,7 +222,7 @@ def test_the_flag_and_the_toml_key(tmp_path):
         Conditions(secure_rng="yes")
 
     def values(*argv):
-        return launch.parse(["--protocol", "dgrec", *argv])[4]
+        return cli.run.parse(["--protocol", "dgrec", *argv])[4]
 
     assert "secure_rng" not in values()
     assert values("--secure-rng")["secure_rng"] is True

@@ -380,15 +380,15 @@ def test_fewer_users_than_min_users_abandon_the_round():
 
 def _refused(capsys, monkeypatch, argv) -> str:
     """launch.py's one-line error for ``argv``; Ray never starts (starting it fails the test)."""
+    import cli
     import engine.runner
-    import launch
 
     def no_ray(*args, **kwargs):
         raise AssertionError("Ray started before the refusal")
 
     monkeypatch.setattr(engine.runner, "start_or_join", no_ray)
     with pytest.raises(SystemExit) as e:
-        launch.main(["--rounds", "1", "--out", "/nonexistent/never", *argv])
+        cli.main(["--rounds", "1", "--out", "/nonexistent/never", *argv])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
@@ -449,10 +449,10 @@ def test_bad_secure_aggregation_values_are_refused(capsys, monkeypatch, tmp_path
 
 
 def test_the_table_turns_it_on_and_the_flag_off(tmp_path):
-    import launch
+    import cli.run
 
     def values(*argv):
-        return launch.parse(["--protocol", "fedmf", *argv])[4]
+        return cli.run.parse(["--protocol", "fedmf", *argv])[4]
 
     assert "secure_aggregation" not in values()
     assert values("--secure-aggregation")["secure_aggregation"] == {}

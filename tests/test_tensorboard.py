@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import launch
+import cli
 from engine.report import read_rows
 
 pytest.importorskip("tensorboard")
@@ -86,7 +86,7 @@ def test_event_files_hold_the_rows_of_metrics_jsonl_and_go_on_when_resumed(
     # Ctrl-C in round 3 of 4, the checkpoint of round 1's end: round 2 is made again on resume
     with monkeypatch.context() as m:
         m.setattr(FedMF, "run_round", ctrl_c_in_round_3)
-        assert launch.main([*argv, "--tensorboard", "--checkpoint-every", "2"]) == 130
+        assert cli.main([*argv, "--tensorboard", "--checkpoint-every", "2"]) == 130
     run_dir = next(out.iterdir())
     rows = read_rows(run_dir)
     assert [r["round"] for r in rows] == [0, 1, 2]
@@ -95,7 +95,7 @@ def test_event_files_hold_the_rows_of_metrics_jsonl_and_go_on_when_resumed(
     _check_against_rows(events, rows)
 
     # resumed: the same folder goes on, the events of round 2 made again replace the first ones
-    assert launch.main(["--resume", str(run_dir), "--no-progress"]) == 0
+    assert cli.main(["--resume", str(run_dir), "--no-progress"]) == 0
     rows = read_rows(run_dir)
     assert [bool(r["metrics"]) for r in rows] == [False, True, False, True]
     events = _events(run_dir / "tensorboard")
@@ -105,7 +105,7 @@ def test_event_files_hold_the_rows_of_metrics_jsonl_and_go_on_when_resumed(
     # --tensorboard DIR: the run's events in DIR/<run folder's name>, beside other runs'
     logs = tmp_path / "logs"
     argv[1] = "2"  # --rounds
-    assert launch.main([*argv, "--out", str(tmp_path / "b"), "--tensorboard", str(logs)]) == 0
+    assert cli.main([*argv, "--out", str(tmp_path / "b"), "--tensorboard", str(logs)]) == 0
     run_b = next((tmp_path / "b").iterdir())
     assert [p.name for p in logs.iterdir()] == [run_b.name]
     _check_against_rows(_events(logs / run_b.name), read_rows(run_b))
@@ -118,7 +118,7 @@ def test_a_comparison_logs_each_protocol_side_by_side(ray_local, tmp_path):
     cfg.write_text(TINY + "[compare.fedmf]\ndim = 4\n[compare.dmf]\ndim = 4\n")
     argv = ["compare", "--protocols", "fedmf,dmf", "--no-baselines", "--rounds", "2"]
     argv += ["--config", str(cfg), "--out", str(tmp_path), "--no-progress", "--tensorboard"]
-    assert launch.main(argv) == 0
+    assert cli.main(argv) == 0
     cmp_dir = next(p for p in tmp_path.iterdir() if p.name.endswith("-compare"))
     logs = cmp_dir / "tensorboard"
     assert sorted(p.name for p in logs.iterdir()) == ["dmf", "fedmf"]
@@ -145,7 +145,7 @@ def test_without_the_package_the_flag_is_refused_in_one_line_before_ray(
         ["compare", "--protocols", "fedmf", "--tensorboard", "--out", str(tmp_path)],
     ):
         with pytest.raises(SystemExit) as e:
-            launch.main(argv)
+            cli.main(argv)
         assert e.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "pip install tensorboard" in err[0], err

@@ -336,15 +336,16 @@ def test_dashboard_is_asked_of_a_local_start_only_on_the_loopback_interface(monk
 
 
 def test_launch_dashboard_flag_asks_the_runtime_for_it(monkeypatch):
+    import cli.run
+    import cli.shared
     import cluster.runtime
-    import launch
 
     asked = []
     monkeypatch.setattr(cluster.runtime, "use_dashboard", lambda on=True: asked.append(on))
-    _, args, *_ = launch.parse(["--protocol", "fedmf", "--dashboard"])
-    launch._dashboard(args)
-    _, args, *_ = launch.parse(["--protocol", "fedmf"])
-    launch._dashboard(args)
+    _, args, *_ = cli.run.parse(["--protocol", "fedmf", "--dashboard"])
+    cli.shared.dashboard(args)
+    _, args, *_ = cli.run.parse(["--protocol", "fedmf"])
+    cli.shared.dashboard(args)
     assert asked == [True, False]  # a command without the flag turns it off again
 
 

@@ -132,7 +132,7 @@ def _report(out: Path) -> tuple[dict, dict, list[dict]]:
 def test_two_raylets_give_one_nodes_results_and_bytes(tmp_path, ray_local, capsys):
     if not RAY.exists():
         pytest.skip(f"no `ray` command beside {sys.executable}")
-    import launch
+    import cli
 
     config = tmp_path / "small.toml"
     config.write_text(DATASET)
@@ -158,7 +158,7 @@ def test_two_raylets_give_one_nodes_results_and_bytes(tmp_path, ray_local, capsy
             )
         )
         # meanwhile, the reference: the same command line on one local node (this process's Ray)
-        assert launch.main([*RUN, "--config", str(config), "--out", str(tmp_path / "one")]) == 0
+        assert cli.main([*RUN, "--config", str(config), "--out", str(tmp_path / "one")]) == 0
         capsys.readouterr()
         nodes[0].wait_started()
         nodes.append(

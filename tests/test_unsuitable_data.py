@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import launch
+import cli
 
 
 def _csv(path: Path, rows: list[str]) -> Path:
@@ -21,7 +21,7 @@ SEVEN_ITEMS = [f"u{u},i{i}" for u in range(1, 4) for i in range(1, 8) if (u + i)
 
 def refusal(capsys, argv) -> str:
     with pytest.raises(SystemExit) as e:
-        launch.main(argv)
+        cli.main(argv)
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in err[0]
@@ -35,7 +35,7 @@ def test_fewer_items_than_k_is_refused_before_ray(capsys, tmp_path):
     assert "eval_k 20: the dataset has 7 items" in line and "--eval-k 7" in line
     assert not out.exists()  # refused before a run folder (or Ray) was made
     # the same data with K within the catalogue is a plan
-    assert launch.main(["--dataset", str(data), "--eval-k", "5", "--dry-run"]) == 0
+    assert cli.main(["--dataset", str(data), "--eval-k", "5", "--dry-run"]) == 0
 
 
 @pytest.mark.parametrize("protocol", ["fedmf", "fedlightgcn"])

@@ -4,7 +4,6 @@ paper defaults) and each task's own options; and the check that a model fits a d
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
 
 from data.features import FeatureSelectionError, public_ranges, select_features
 from data.types import RecDataset
@@ -42,8 +41,6 @@ TASK_OPTIONS: dict[str, tuple[str, ...]] = {
 
 @dataclasses.dataclass
 class CentralConfig(ProtocolConfig):
-    ALIASES: ClassVar[dict[str, str]] = {"reg": "l2"}
-
     model: str = "lightgcn"  # lightgcn | bprmf | gcn | gat | ggnn | mf | dipsgnn
     dim: int | None = None  # embedding size d / D / hidden d
     layers: int | None = None  # K propagation layers (DIPSGNN: T steps)

@@ -4,7 +4,7 @@ The same choreography as protocols/dgrec/protocol.py (eq.-4 neighbourhood sampli
 gossip of every member's gradient for 2H steps along the sampled tree, each member applying the
 mean), with two differences:
 
-* the local model is LightGCN on the user's ego graph u – I_u (models/dgrec.py DLGNNUserModel):
+* the local model is LightGCN on the user's ego graph u – I_u (protocols/dgrec/model.py DLGNNUserModel):
   a private user embedding that never leaves the user, and a copy of the item table whose
   gradients are the shared vector (n_s = n_items · d); no publicized items are used or sent;
 * the shared gradients are raw float32 vectors (``mechanism = "float"``, no privacy), or clipped to

@@ -10,7 +10,6 @@ from protocols.base import ProtocolConfig, require
 
 @dataclasses.dataclass
 class FedMFConfig(ProtocolConfig):
-    ALIASES: ClassVar[dict[str, str]] = {"reg": "l2"}
     RESUMABLE: ClassVar[tuple[str, ...]] = (*ProtocolConfig.RESUMABLE, "lr_user")  # read each step
 
     dim: int = 64  # d, size of the user and item factors
