@@ -70,7 +70,9 @@ from protocols.dipsgnn.audit import dipsgnn_aggregate_sampler
 from protocols.verfedgnn.audit import verfedgnn_release_sampler
 
 MODULE = "benchmarks.audit"
-QUICK_SAMPLES = pa.QUICK_SAMPLES  # runs per hypothesis in --quick and in tests/test_audit.py
+QUICK_SAMPLES = (
+    pa.QUICK_SAMPLES
+)  # runs per hypothesis in --quick and in tests/privacy/test_audit.py
 QUICK_SLOW_SAMPLES = pa.QUICK_SLOW_SAMPLES  # the same for the audits that call a mechanism once
 
 # --------------------------------------------------------------------- the catalogue

@@ -10,7 +10,7 @@ checkpoints and rollbacks hold CPU copies, placed back on the restoring host's d
 GPU host does: while the nodes' code runs, torch's default device is ``meta`` and
 ``torch.from_numpy`` gives ``meta`` tensors, so a tensor made without ``self.device`` (or
 :func:`to_device`) is a shapeless placeholder that breaks the run at its first use beside a
-real one (``--check-device``; tests/test_device.py runs every protocol's golden run so).
+real one (``--check-device``; tests/cluster/test_device.py runs every protocol's golden run so).
 """
 
 from __future__ import annotations

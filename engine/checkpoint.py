@@ -5,7 +5,7 @@ settings, the protocol object on the driver (its config, dataset, accountant and
 node's state and RNG on every host, the undelivered message batches, the ledger, the last metrics
 and the wall time spent so far. Resuming rebuilds the deployment with the same placement, puts
 the state back and continues: the rounds after it are the rounds an uninterrupted run would have
-made (tests/test_checkpoint.py). The record is a :class:`Checkpoint`; the file holds it as a plain
+made (tests/engine/test_checkpoint.py). The record is a :class:`Checkpoint`; the file holds it as a plain
 dict (:meth:`Checkpoint.payload`: ``format`` and one key per field), which :func:`load_checkpoint`
 turns back into a :class:`Checkpoint`.
 

@@ -13,7 +13,7 @@ Bit-for-bit, too: ATen evaluates element-wise ops in SIMD blocks and, for some o
 ``sigmoid``, ``log1p``, ``elu``), the elements left over after the last block by a scalar formula
 that can differ in the last bit. An element's result would then depend on where it sits in the
 batch, i.e. on which other users share the pass. ``logsigmoid`` and ``exp`` use the SIMD code
-for the remainder as well, so −ln σ(x) and σ(x) are written with them (tests/test_kernels.py
+for the remainder as well, so −ln σ(x) and σ(x) are written with them (tests/models/test_kernels.py
 checks this on the machine that runs the tests).
 """
 

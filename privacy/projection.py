@@ -7,7 +7,7 @@ A party does not send its N×D neighbour aggregation X_p^k in the clear; it send
 and the receiver reconstructs X̂ = Φᵀ Y = ΦᵀΦ X. Φ is generated from a seed the server
 broadcasts, so every party holds the same Φ without it ever being sent.
 
-Facts used by the protocol and checked in tests/test_projection.py:
+Facts used by the protocol and checked in tests/privacy/test_projection.py:
 
 * unbiased:  E_Φ[ΦᵀΦ] = I_N, hence E_Φ[X̂] = X;
 * error:     E_Φ ‖ΦᵀΦX − X‖_F² = ((N + 1) / q) · ‖X‖_F²  (expectation over Φ only, X fixed).

@@ -19,36 +19,44 @@ needs_shared_data = pytest.mark.skipif(
 # files with most tests first, and a long file with few tests then runs alone at the end). Ordered
 # by the per-file sums of ``pytest --durations=0``; a file not listed follows, in collection order.
 LONGEST_FIRST = [
-    "test_two_node_cluster.py",
-    "test_faults.py",
-    "test_tune.py",
-    "test_golden.py",
-    "test_checkpoint.py",
-    "test_dropout_vertical_dipsgnn.py",
-    "test_dgrec_protocol.py",
-    "test_runtime.py",
-    "test_verfedgnn_protocol.py",
-    "test_dipsgnn_protocol.py",
-    "test_run_report.py",
-    "test_benchmarks_cli.py",
-    "test_readme.py",
-    "test_participant_faults.py",
-    "test_fedpergnn_protocol.py",
-    "test_dropout_decentralized.py",
-    "test_launch.py",
-    "test_dropout_fedpergnn.py",
-    "test_adversaries_vertical_dipsgnn.py",
-    "test_rating_gnn.py",
-    "test_central.py",
-    "test_wire.py",
-    "test_data_files.py",
-    "test_data_loaders.py",
+    "integration/test_two_node_cluster.py",
+    "integration/test_faults.py",
+    "benchmarks/test_tune.py",
+    "integration/test_golden.py",
+    "engine/test_checkpoint.py",
+    "integration/test_adversaries.py",
+    "protocols/dgrec/test_protocol.py",
+    "nodes/test_deployment.py",
+    "protocols/verfedgnn/test_protocol.py",
+    "protocols/dipsgnn/test_protocol.py",
+    "engine/test_report.py",
+    "benchmarks/test_cli.py",
+    "docs/test_readme.py",
+    "integration/test_participant_faults.py",
+    "protocols/fedpergnn/test_protocol.py",
+    "integration/test_dropout.py",
+    "cli/test_main.py",
+    "models/test_rating_gnn.py",
+    "protocols/central/test_protocol.py",
+    "cluster/test_wire.py",
+    "data/loaders/test_files.py",
+    "data/loaders/test_loaders.py",
 ]
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _name(path) -> str:
+    """A test file's path under tests/ (``engine/test_runner.py``): names repeat across folders."""
+    return Path(path).resolve().relative_to(TESTS).as_posix()
 
 
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's order kept
+    items.sort(
+        key=lambda item: rank.get(_name(item.path), len(rank))
+    )  # stable: a file's order kept
 
 
 TEST_CPUS = 8
@@ -87,14 +95,14 @@ def ray_local():
 @pytest.fixture(autouse=True, scope="session")
 def _privrec_home(tmp_path_factory):
     """Checkpoint keys (engine/checkpoint.py) in a temporary folder, never the user's ~/.privrec;
-    launch.py run in a subprocess inherits it."""
+    a run in a subprocess inherits it."""
     os.environ["PRIVREC_HOME"] = str(tmp_path_factory.mktemp("privrec_home"))
     yield
 
 
 @pytest.fixture(autouse=True)
 def _no_dashboard_left_asked():
-    """``use_dashboard()`` is process state (launch.py --dashboard): a test that asks for it does
+    """``use_dashboard()`` is process state (--dashboard): a test that asks for it does
     not leave it asked for the tests after it on the same worker."""
     from cluster import runtime
 
@@ -120,18 +128,18 @@ def _one_torch_thread():
 # run's plots are skipped (seconds of matplotlib a run; RESULTS.md has the figures): nothing else
 # looks at them.
 PLOTTING_TESTS = {
-    "test_run_report.py",
-    "test_golden.py",
-    "test_launch.py",
-    "test_readme.py",
-    "test_benchmark_scale.py",
-    "test_tutorial.py",
+    "engine/test_report.py",
+    "integration/test_golden.py",
+    "cli/test_main.py",
+    "docs/test_readme.py",
+    "benchmarks/test_scale.py",
+    "docs/test_tutorial.py",
 }
 
 
 @pytest.fixture(autouse=True)
 def _run_plots_only_where_checked(request, monkeypatch):
-    if request.path.name not in PLOTTING_TESTS:
+    if _name(request.path) not in PLOTTING_TESTS:
         import engine.report
 
         monkeypatch.setattr(engine.report, "plot_run", lambda rows, out_dir: [])

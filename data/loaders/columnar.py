@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 # the characters str.strip() and str.split() take for whitespace (str.isspace), which the Python
-# reader strips from every field (tests/test_data_columnar.py checks the list against Python)
+# reader strips from every field (tests/data/loaders/test_columnar.py checks the list against Python)
 PY_WHITESPACE = (
     "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
     "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"

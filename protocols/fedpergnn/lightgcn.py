@@ -13,7 +13,7 @@ Laplace(0, b) noise (b: ``upload_laplace``), rows sorted by item id (privacy/ldp
 ``perturbed_upload``).
 
 All the host's users run in one stacked pass: their local graphs are disjoint, so row b of every
-gradient is user b's alone (tests/test_fedpergnn_protocol.py checks it against one user alone).
+gradient is user b's alone (tests/protocols/fedpergnn/test_protocol.py checks it against one user alone).
 """
 
 from __future__ import annotations

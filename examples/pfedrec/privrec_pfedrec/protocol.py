@@ -51,7 +51,7 @@ its noise that we could find (``paper`` is None); ``details`` also gives the per
 figure 2·clip/b that the LDP literature on recommendation usually quotes.
 
 Bytes per round (no dropout): |S_t| downloads and |S_t| uploads of ``messages.table_size`` =
-11 + 4·|I|·d bytes each (tests/test_plugin.py checks the ledger against it).
+11 + 4·|I|·d bytes each (tests/integration/test_plugin.py checks the ledger against it).
 """
 
 from __future__ import annotations
