@@ -177,7 +177,7 @@ def _main_table(md: str) -> dict[str, list[str]]:
 def test_compare_runs_every_protocol_and_its_table_is_in_the_json(
     ray_local, tmp_path, capsys, monkeypatch
 ):
-    monkeypatch.setitem(PROTOCOLS, "broken", "test_compare:Broken")
+    monkeypatch.setitem(PROTOCOLS, "broken", "tests.engine.test_compare:Broken")
     cfg = tmp_path / "cmp.toml"
     cfg.write_text(
         """

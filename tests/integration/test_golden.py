@@ -56,6 +56,15 @@ CASES: list[tuple[str, str, int, dict]] = [
 ]
 
 
+def test_every_builtin_protocol_has_a_golden_run():
+    """A protocol added to the registry is added here too (echo and ping are the runtime's own
+    test workloads, checked by the floor and the transport tests)."""
+    from protocols import BUILTIN
+
+    covered = {protocol for _, protocol, _, _ in CASES}
+    assert set(BUILTIN) - {"echo", "ping"} <= covered, sorted(set(BUILTIN) - covered)
+
+
 def dataset():
     return synthetic(n_users=40, n_items=60, avg_interactions=12, seed=0)
 
