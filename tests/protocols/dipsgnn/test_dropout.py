@@ -11,11 +11,11 @@ import math
 import tempfile
 from pathlib import Path
 
+import conditioned_runs
 import pytest
 
 from cluster.ledger import is_eval_phase
 from data.synthetic import synthetic
-from engine import deploy, rounds
 from nodes.conditions import Conditions
 from privacy.accountant import epsilon_of, gaussian_event
 from protocols.base import build_config
@@ -29,28 +29,10 @@ DIPS = {"hidden_dim": 8, "user_dim": 4, "max_len": 12, "batch_size": 16, "epochs
 
 
 def _drive(proto, conditions, placement="packed", hosts=1, tap=False):
-    """The runner's loop on a bare deployment: per round the train figures, who was dropped and
-    the bytes by kind; then one evaluation."""
-    dep = deploy(proto, placement, hosts, tap=tap, conditions=conditions)
-    try:
-        rows, metrics = [], None
-        for res in rounds(proto, dep, ROUNDS, eval_every=0):  # evaluated after the last
-            rows.append(
-                {
-                    "train": res.train,
-                    "dropped": res.stats.dropped,
-                    "bytes_by_kind": dep.ledger.by_kind(round_=res.round),
-                }
-            )
-            metrics = res.metrics
-        assert not dep.has_pending()
-        return {"protocol": proto, "rows": rows, "metrics": metrics, "tapped": dep.tapped}
-    finally:
-        dep.close()
+    return conditioned_runs.drive(proto, conditions, ROUNDS, placement, hosts, tap)
 
 
-def _same(a, b):  # equal, NaN included (a round without a loss report has loss NaN)
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+_same = conditioned_runs.same
 
 
 # --------------------------------------------------------------------------- dipsgnn

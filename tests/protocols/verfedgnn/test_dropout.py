@@ -7,16 +7,16 @@ tests/integration/test_dropout.py."""
 from __future__ import annotations
 
 import functools
-import json
 import math
 
+import conditioned_runs
 import numpy as np
 import pytest
 
 from cluster.ledger import is_eval_phase
 from cluster.message import index_of, node_id
 from data.synthetic import synthetic
-from engine import deploy, rounds, run_rounds
+from engine import deploy, run_rounds
 from nodes.conditions import Conditions
 from protocols.base import build_config
 from protocols.verfedgnn.messages import decode_public
@@ -30,28 +30,10 @@ VFG = {"parties": 4, "participation": 0.75, "psi": True, "psi_key_bits": 1024}
 
 
 def _drive(proto, conditions, placement="packed", hosts=1, tap=False):
-    """The runner's loop on a bare deployment: per round the train figures, who was dropped and
-    the bytes by kind; then one evaluation."""
-    dep = deploy(proto, placement, hosts, tap=tap, conditions=conditions)
-    try:
-        rows, metrics = [], None
-        for res in rounds(proto, dep, ROUNDS, eval_every=0):  # evaluated after the last
-            rows.append(
-                {
-                    "train": res.train,
-                    "dropped": res.stats.dropped,
-                    "bytes_by_kind": dep.ledger.by_kind(round_=res.round),
-                }
-            )
-            metrics = res.metrics
-        assert not dep.has_pending()
-        return {"protocol": proto, "rows": rows, "metrics": metrics, "tapped": dep.tapped}
-    finally:
-        dep.close()
+    return conditioned_runs.drive(proto, conditions, ROUNDS, placement, hosts, tap)
 
 
-def _same(a, b):  # equal, NaN included (a round without a loss report has loss NaN)
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+_same = conditioned_runs.same
 
 
 # --------------------------------------------------------------------------- verfedgnn
