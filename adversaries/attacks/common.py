@@ -57,15 +57,20 @@ def with_target_rows(
     return ids, rows
 
 
-def promotion_rows(table: np.ndarray, knowledge, k: int) -> np.ndarray:
+def promotion_rows(table: np.ndarray, knowledge, k: int, bias_column: bool = False) -> np.ndarray:
     """FedRecAttack: ∂L/∂q_t of L = Σ_u Σ_t [s_uK − s_ut]_+ over the users approximated from the
     public interactions (p̂_u: the mean of their public items' rows, a one-step approximation of
     the attacker's fit; s_uK: p̂_u's K-th best score), i.e. −Σ p̂_u over the users in whose top K
-    target t is not yet. The server's descent on it lifts the targets into those users' top K."""
+    target t is not yet. The server's descent on it lifts the targets into those users' top K.
+    ``bias_column``: the table's last column is an item bias scored against a constant 1 in
+    p_u (dmf), so p̂_u ends in that 1."""
     t = knowledge.targets
     if not knowledge.public_items:
         return np.zeros((len(t), table.shape[1]))
-    users = np.stack([table[items].mean(0) for items in knowledge.public_items]).astype(np.float64)
+    rows = table.astype(np.float64) if bias_column else table  # (the mean as each attack took it)
+    users = np.stack([rows[items].mean(0) for items in knowledge.public_items]).astype(np.float64)
+    if bias_column:
+        users[:, -1] = 1.0
     scores = users @ table.T.astype(np.float64)
     kth = -np.partition(-scores, k - 1, axis=1)[:, k - 1]
     out = []

@@ -1,13 +1,15 @@
 """The attacks in dmf: classes playing :class:`protocols.dmf.roles.DMFUser` (behaviours in
-adversaries/attacks/poisoning.py and common.py). What a peer gossips is changed in ``tamper_upload``, which ``DMFUser._train`` calls
-after its own local step and just before ``messages.encode_item_grads``: the crafted item
+adversaries/attacks/poisoning.py and common.py). What a peer gossips is changed in
+``tamper_upload``, which ``DMFUser._train`` calls after its own local step and just before
+``messages.encode_item_grads``: the crafted item
 gradients travel, are relayed and are applied like any peer's. Fake peers join the user graph
 with links to real users (adversaries/graph.py); every adversary relays the others' gradients
 honestly.
 
 FedRecAttack is dmf's own: dmf scores p_u·q_i + b_i with the item bias as Q's last column
 against a constant 1 in p_u, so the approximated users' factors end in that 1 (the mean of their
-public items' rows, last entry 1), and the promotion gradient lifts the targets' biases too."""
+public items' rows, last entry 1: ``common.promotion_rows(..., bias_column=True)``), and the
+promotion gradient lifts the targets' biases too."""
 
 import numpy as np
 
@@ -39,33 +41,14 @@ class ByzantineRandom(poisoning.ByzantineRandom, DMFUser):
     """``byzantine-random``: Gaussian rows with the honest rows' norms times ``scale``."""
 
 
-def promotion_rows(table: np.ndarray, knowledge, k: int) -> np.ndarray:
-    """common.promotion_rows for dmf's biased scores: p̂_u = (mean of u's public items' factor
-    columns, 1); the gradient of Σ_u Σ_t [s_uK − s_ut]_+ w.r.t. q_t is −Σ p̂_u over the users in
-    whose top K target t is not yet."""
-    t = knowledge.targets
-    if not knowledge.public_items:
-        return np.zeros((len(t), table.shape[1]))
-    table = table.astype(np.float64)
-    users = np.stack([table[items].mean(0) for items in knowledge.public_items])
-    users[:, -1] = 1.0
-    scores = users @ table.T
-    kth = -np.partition(-scores, k - 1, axis=1)[:, k - 1]
-    out = []
-    for item in t:
-        below = scores[:, item] < kth
-        out.append(-users[below].sum(0) if below.any() else -users.sum(0) * 1e-3)
-    return np.stack(out)
-
-
 class FedRecAttack(common.TargetRowsAdversary, DMFUser):
     """Model poisoning, FedRecAttack (Rong et al., ICDE 2022), in dmf: a fake peer gossips, for
     the targets, the gradient of a loss that lifts them into the top K of the users approximated
-    from the public interactions (:func:`promotion_rows`), at the norm of its own honest rows;
-    the rest of what it gossips is honest, on a random fake profile."""
+    from the public interactions (``common.promotion_rows`` with the bias column), at the norm of
+    its own honest rows; the rest of what it gossips is honest, on a random fake profile."""
 
     def target_rows(self, table):
-        return promotion_rows(table, self.knowledge, self.threat.er_k)
+        return common.promotion_rows(table, self.knowledge, self.threat.er_k, bias_column=True)
 
     def tamper_upload(self, ids, rows, table):
         """The target rows at the norm of its whole honest gradient (not of one row): a dmf peer
