@@ -105,10 +105,8 @@ class RunTotals:
                 total[reason] = total.get(reason, 0) + n
 
     @classmethod
-    def from_dict(cls, record: dict | RunTotals | None) -> RunTotals:
+    def from_dict(cls, record: dict | None) -> RunTotals:
         """The totals a checkpoint file holds as a plain dict (missing keys count as zero)."""
-        if isinstance(record, RunTotals):
-            return record
         record = record or {}
         return cls(
             sim_seconds=record.get("sim_seconds", 0.0),

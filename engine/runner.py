@@ -30,7 +30,6 @@ from engine.callbacks import (
     MetricsWriter,
     ProgressBar,
     RollbackKeeper,
-    progress_postfix,  # noqa: F401 (importable from here, as the run's bar shows it)
     tensorboard_writer,
 )
 from engine.checkpoint import Checkpoint, CheckpointError, load_checkpoint

@@ -148,11 +148,6 @@ def typed_params(name: str, values) -> dict[str, Any]:
     return out
 
 
-def protocols_playing(name: str, protocols) -> list[str]:
-    """The names among ``protocols`` (name → protocol class) whose ``ATTACKS`` declare ``name``."""
-    return [p for p, cls in protocols.items() if name in getattr(cls, "ATTACKS", {})]
-
-
 def attack_class(name: str, protocol) -> type:
     """The class that plays attack ``name`` in ``protocol``.
 

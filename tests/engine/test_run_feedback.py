@@ -16,8 +16,8 @@ import torch
 from cluster.message import node_id
 from data.synthetic import synthetic
 from engine import RunSettings, run
+from engine.callbacks import progress_postfix
 from engine.report import read_rows
-from engine.runner import progress_postfix
 from nodes.conditions import Conditions
 from nodes.deployment import Deployment, NodeSpec
 from nodes.node import Node
